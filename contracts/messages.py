@@ -1,0 +1,68 @@
+"""What crosses the wire: reviewed release rows and upstream attribution results (SPEC §2)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+
+class Contract(BaseModel):
+    """Base for wire models: unknown fields are rejected, values are never coerced silently.
+
+    Strict mode everywhere except where JSON has no native type (datetimes, tuples), so
+    the same rules hold whether a message arrives as JSON text or as a decoded dict.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ReleaseRow(Contract):
+    """A reviewed fixture row checked by the release gate."""
+
+    case_id: str = Field(min_length=1)
+    # The lists' contents (blanks, duplicates, unknown IDs) are the metric's business.
+    required_claim_ids: list[str]
+    supported_claim_ids: list[str]
+    contract_version: str | None = None
+    blocking: bool = True
+    policy_group: str = "default"
+
+
+class Context(Contract):
+    """One retrieved passage, in rank order."""
+
+    document_id: str
+    text: str
+
+
+class Citation(Contract):
+    """A claim tied to a document and a [start, end) character span of the answer."""
+
+    claim_id: str
+    document_id: str
+    answer_span: tuple[StrictInt, StrictInt] = Field(strict=False)
+
+
+class Grader(Contract):
+    """The configuration of whatever decided which claims are supported."""
+
+    name: str
+    version: str
+    model: str
+    prompt: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class AttributionResult(ReleaseRow):
+    """The event an upstream attribution job publishes for one sample."""
+
+    schema_version: Literal[1] = 1
+    contract_version: str = Field(min_length=1)  # required here, optional on ReleaseRow
+    answer: str
+    contexts: list[Context]
+    citations: list[Citation] = Field(default_factory=list)
+    grader: Grader
+    produced_at: datetime | None = Field(default=None, strict=False)
+    trace_id: str | None = None

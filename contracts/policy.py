@@ -1,0 +1,155 @@
+"""Versioned pass/fail policy over valid coverage values (SPEC §4). Never touches the metric."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from contracts.outcomes import Decision, Outcome
+
+DEFAULT_GROUP = "default"
+INVALID_OWNER = "evaluation-data"
+FAIL_OWNER = "product"
+
+
+class PolicyError(ValueError):
+    """Raised when a policy file or threshold cannot be used; the message says what to fix."""
+
+
+class PolicyGroup(BaseModel):
+    """One named rule: a minimum coverage, or every required claim supported."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    min_coverage: float | None = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
+    require_all: Literal[True] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_rule(self) -> PolicyGroup:
+        if (self.min_coverage is None) == (self.require_all is None):
+            raise ValueError("set exactly one of min_coverage (0.0..1.0) or require_all = true")
+        return self
+
+    @property
+    def threshold(self) -> float:
+        # require_all passes only when nothing is missing, i.e. coverage 1.0.
+        return 1.0 if self.require_all else float(self.min_coverage or 0.0)
+
+
+class Policy(BaseModel):
+    """A versioned set of groups; its version is recorded beside every decision."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    version: str = Field(min_length=1)
+    groups: dict[str, PolicyGroup] = Field(min_length=1)
+
+    def decide(
+        self,
+        outcome: Outcome,
+        *,
+        policy_group: str,
+        blocking: bool,
+        contract_version: str | None,
+    ) -> Decision:
+        """Pass, fail or invalid for one outcome; the metric's range is not a threshold."""
+        return decide(
+            outcome,
+            self,
+            policy_group=policy_group,
+            blocking=blocking,
+            contract_version=contract_version,
+        )
+
+
+def _first_error(error: ValidationError) -> str:
+    details = error.errors()[0]
+    where = ".".join(str(part) for part in details["loc"]) or "policy"
+    return f"{where}: {details['msg']}"
+
+
+def parse_policy(text: str, *, source: str = "policy file") -> Policy:
+    """Parse policy TOML; raise PolicyError naming the bad key or value."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise PolicyError(f"{source} is not valid TOML: {error}") from None
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as error:
+        raise PolicyError(f"{source}: {_first_error(error)}") from None
+
+
+def policy_from_threshold(raw: str) -> Policy:
+    """MIN_EVIDENCE_COVERAGE=<raw> as a one-group policy versioned env:<raw>."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise PolicyError(
+            f"MIN_EVIDENCE_COVERAGE={raw!r} is not a number; set a value in 0.0..1.0"
+        ) from None
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise PolicyError(f"MIN_EVIDENCE_COVERAGE={raw!r} is outside 0.0..1.0")
+    return Policy(version=f"env:{raw}", groups={DEFAULT_GROUP: PolicyGroup(min_coverage=value)})
+
+
+def decide(
+    outcome: Outcome,
+    policy: Policy | None,
+    *,
+    policy_group: str,
+    blocking: bool,
+    contract_version: str | None,
+) -> Decision:
+    """Turn a metric outcome into a decision; with no policy, valid rows are only `scored`."""
+    common = {
+        "policy_group": policy_group,
+        "blocking": blocking,
+        "contract_version": contract_version,
+        "policy_version": policy.version if policy else None,
+    }
+    if outcome.value is None:
+        return Decision(
+            status="invalid",
+            value=None,
+            reason=outcome.reason,
+            threshold=None,
+            owner=INVALID_OWNER,
+            **common,
+        )
+    if policy is None:
+        return Decision(
+            status="scored",
+            value=outcome.value,
+            reason=outcome.reason,
+            threshold=None,
+            owner=None,
+            **common,
+        )
+    group = policy.groups.get(policy_group)
+    if group is None:
+        known = ",".join(sorted(policy.groups))
+        reason = (
+            f"policy_group {policy_group!r} is not defined in policy "
+            f"{policy.version} (groups: {known})"
+        )
+        return Decision(
+            status="invalid",
+            value=None,
+            reason=reason,
+            threshold=None,
+            owner=INVALID_OWNER,
+            **common,
+        )
+    passed = outcome.value >= group.threshold
+    return Decision(
+        status="pass" if passed else "fail",
+        value=outcome.value,
+        reason=outcome.reason,
+        threshold=group.threshold,
+        owner=None if passed else FAIL_OWNER,
+        **common,
+    )

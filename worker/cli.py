@@ -1,0 +1,221 @@
+"""`evidence-worker`: score, gate, publish, show, alerts, schema. Exit codes per SPEC §7."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from contracts import Policy, PolicyError, json_schemas, parse_policy, policy_from_threshold
+from worker.errors import ConfigurationError, InputError, TransientError
+from worker.inputs import read_jsonl
+from worker.logging import configure_logging
+from worker.progress import Progress
+from worker.runs import INVALID, NONDETERMINISM, OK, dumps_line, gate_lines, score_lines
+from worker.settings import Settings, load_settings
+from worker.stores import ResultStore, open_store
+
+PROG = "evidence-worker"
+
+
+class HelpfulParser(argparse.ArgumentParser):
+    """A usage error prints the full help to stderr and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_help(sys.stderr)
+        self.exit(INVALID, f"{self.prog}: error: {message}\n")
+
+
+def _add_policy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        type=Path,
+        help="policy TOML file (default: $EVIDENCE_POLICY_FILE)",
+    )
+    parser.add_argument(
+        "--min-coverage",
+        metavar="X",
+        help="one-group policy with this threshold (default: $MIN_EVIDENCE_COVERAGE)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = HelpfulParser(
+        prog=PROG,
+        description="Explainable evidence-coverage scores: score, gate, inspect.",
+        epilog="Exit codes: 0 ok, 1 policy failures, 2 invalid input or rows (also "
+        "configuration and usage errors), 3 nondeterminism detected; the highest applies.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=HelpfulParser)
+    commands.required = True
+
+    score = commands.add_parser(
+        "score",
+        help="score a JSON-lines file of AttributionResults in one process",
+        description="Score AttributionResult JSON lines with an embedded store: one JSON "
+        "record per line on stdout, a summary on stderr. Re-running a file gives cache hits; "
+        "a different outcome for the same inputs raises a nondeterminism alert (exit 3).",
+    )
+    score.add_argument("path", metavar="PATH", help="JSON-lines file, or - for stdin")
+    score.add_argument(
+        "--store",
+        metavar="URL",
+        help="sqlite:///file or redis://host:port/db "
+        "(default: $EVIDENCE_STORE_URL, else sqlite:///evidence-coverage.sqlite3)",
+    )
+    _add_policy_options(score)
+
+    gate = commands.add_parser(
+        "gate",
+        help="check reviewed ReleaseRows against a policy (CI release gate)",
+        description="One JSON line per row on stdout. Exit 0 when every blocking row passes, "
+        "1 when a valid blocking row is below policy, 2 when any blocking row is invalid. "
+        "Non-blocking rows are reported and never change the exit code. Needs a policy.",
+    )
+    gate.add_argument("path", metavar="PATH", help="JSON-lines file, or - for stdin")
+    _add_policy_options(gate)
+
+    show = commands.add_parser("show", help="print the first outcome and every attempt for a hash")
+    show.add_argument("input_hash", metavar="HASH")
+    show.add_argument("--store", metavar="URL", help="as for score")
+
+    alerts = commands.add_parser(
+        "alerts", help="list nondeterminism alerts (exit 3 when there are any)"
+    )
+    alerts.add_argument("--store", metavar="URL", help="as for score")
+    alerts.add_argument("--limit", type=int, default=100, help="newest N alerts (default 100)")
+
+    schema = commands.add_parser("schema", help="print the published JSON Schemas")
+    schema.add_argument("--write", metavar="DIR", type=Path, help="write one file per schema")
+    return parser
+
+
+def resolve_policy(
+    args: argparse.Namespace, settings: Settings, *, required: bool
+) -> Policy | None:
+    """--policy, then --min-coverage, then the environment; gate requires one."""
+    if args.policy is not None:
+        try:
+            text = args.policy.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigurationError(
+                f"cannot read policy file {args.policy}: {error.strerror}"
+            ) from None
+        return parse_policy(text, source=f"policy file {args.policy}")
+    if args.min_coverage is not None:
+        return policy_from_threshold(args.min_coverage)
+    return settings.load_policy(required=required)
+
+
+def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
+    policy = resolve_policy(args, settings, required=False)
+    store = open_store(args.store or settings.embedded_store_url(), settings)
+    try:
+        progress = Progress("score")
+        tally = score_lines(
+            read_jsonl(args.path),
+            store=store,
+            policy=policy,
+            max_message_bytes=settings.max_message_bytes,
+            progress=progress,
+        )
+    finally:
+        store.close()
+    if tally.total == 0:
+        raise InputError(f"{args.path} contains no messages")
+    print(tally.summary("score", policy) + f" ({progress.elapsed:.1f}s)", file=sys.stderr)
+    return tally.exit_code
+
+
+def cmd_gate(args: argparse.Namespace, settings: Settings) -> int:
+    policy = resolve_policy(args, settings, required=True)
+    assert policy is not None  # required=True raises instead
+    tally = gate_lines(
+        read_jsonl(args.path),
+        policy=policy,
+        write=lambda row: print(dumps_line(row)),
+        progress=Progress("gate"),
+    )
+    if tally.total == 0:
+        raise InputError(f"{args.path} contains no rows")
+    print(tally.summary("gate", policy), file=sys.stderr)
+    return tally.exit_code
+
+
+def _open_shared_store(args: argparse.Namespace, settings: Settings) -> ResultStore:
+    return open_store(args.store or settings.store_url or settings.embedded_store_url(), settings)
+
+
+def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    store = _open_shared_store(args, settings)
+    try:
+        history = store.history(args.input_hash)
+    finally:
+        store.close()
+    if history is None:
+        raise InputError(f"no outcome recorded for input hash {args.input_hash}")
+    print(history.model_dump_json(indent=2))
+    return OK
+
+
+def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
+    store = _open_shared_store(args, settings)
+    try:
+        alerts = store.alerts(limit=args.limit)
+    finally:
+        store.close()
+    for alert in alerts:
+        print(alert.model_dump_json())
+    print(f"alerts: {len(alerts)} nondeterminism alert(s)", file=sys.stderr)
+    return NONDETERMINISM if alerts else OK
+
+
+def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
+    schemas = json_schemas()
+    if args.write is None:
+        print(json.dumps(schemas, indent=2, sort_keys=True))
+        return OK
+    args.write.mkdir(parents=True, exist_ok=True)
+    for name, schema in schemas.items():
+        (args.write / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    print(f"schema: wrote {len(schemas)} files to {args.write}", file=sys.stderr)
+    return OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "score": cmd_score,
+    "gate": cmd_gate,
+    "show": cmd_show,
+    "alerts": cmd_alerts,
+    "schema": cmd_schema,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; user errors print one line and exit 2, never a traceback."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings()
+        configure_logging(settings.log_format)
+        return COMMANDS[args.command](args, settings)
+    except (ConfigurationError, PolicyError) as error:
+        return _fail(f"configuration error: {error}")
+    except InputError as error:
+        return _fail(str(error))
+    except TransientError as error:
+        return _fail(f"store unavailable: {error}")
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+
+
+def _fail(message: str, code: int = INVALID) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return code
+
+
+def run() -> Any:  # pragma: no cover - console-script shim
+    sys.exit(main())

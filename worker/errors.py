@@ -1,0 +1,32 @@
+"""Every error the worker raises on purpose, under one root.
+
+EvidenceError
+├── ConfigurationError     permanent: fix the settings or files, then restart
+├── InputError             permanent: the message or input file is unusable
+│   └── OversizeMessage
+└── TransientError         retryable: the store or broker is unreachable for now
+
+contracts.PolicyError (a ValueError, no I/O) is turned into ConfigurationError at start-up.
+"""
+
+from __future__ import annotations
+
+
+class EvidenceError(Exception):
+    """Root of the worker's own errors."""
+
+
+class ConfigurationError(EvidenceError):
+    """Raised when settings, a policy or a store URL cannot be used; says what to fix."""
+
+
+class InputError(EvidenceError):
+    """Raised when an input (message, file, line) cannot be parsed or validated."""
+
+
+class OversizeMessage(InputError):
+    """Raised when a message body is larger than EVIDENCE_MAX_MESSAGE_BYTES, before parsing."""
+
+
+class TransientError(EvidenceError):
+    """Raised when the store is unreachable for now; tasks retry these with backoff."""

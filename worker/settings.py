@@ -1,0 +1,90 @@
+"""One settings object, read from the environment once at start-up and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contracts import Policy, parse_policy, policy_from_threshold
+from worker.errors import ConfigurationError
+
+DEFAULT_BROKER_URL = "redis://localhost:6379/0"
+DEFAULT_SQLITE_PATH = "evidence-coverage.sqlite3"
+
+
+class Settings(BaseSettings):
+    """Every EVIDENCE_* variable (and MIN_EVIDENCE_COVERAGE) in one place; see the README table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="EVIDENCE_", extra="ignore", frozen=True, populate_by_name=True
+    )
+
+    broker_url: str = DEFAULT_BROKER_URL
+    store_url: str | None = Field(
+        default=None, description="redis://... or sqlite:///path; default depends on the command"
+    )
+    policy_file: Path | None = None
+    min_coverage: str | None = Field(default=None, validation_alias="MIN_EVIDENCE_COVERAGE")
+    alert_webhook_url: str | None = None
+    alert_webhook_timeout_seconds: float = Field(default=2.0, gt=0)
+    log_format: str = "json"
+    log_raw_text: bool = False
+    result_ttl_seconds: int | None = Field(default=None, gt=0)
+    visibility_timeout_seconds: int = Field(default=300, gt=0)
+    max_attempts_per_hash: int = Field(default=100, ge=2)
+    max_message_bytes: int = Field(default=1_048_576, gt=0)
+    key_prefix: str = "evidence"
+    queue: str = "attribution-results"
+
+    @field_validator("log_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in {"json", "console"}:
+            raise ValueError("must be 'json' or 'console'")
+        return value
+
+    @property
+    def result_store_url(self) -> str:
+        """The worker's store: EVIDENCE_STORE_URL, else the broker's Redis."""
+        if self.store_url:
+            return self.store_url
+        if self.broker_url.startswith(("redis://", "rediss://")):
+            return self.broker_url
+        return DEFAULT_BROKER_URL
+
+    def embedded_store_url(self) -> str:
+        """The one-process commands' store: EVIDENCE_STORE_URL, else a local SQLite file."""
+        return self.store_url or f"sqlite:///{DEFAULT_SQLITE_PATH}"
+
+    def load_policy(self, *, required: bool = False) -> Policy | None:
+        """The configured policy: the file wins over MIN_EVIDENCE_COVERAGE; None is report-only."""
+        if self.policy_file is not None:
+            try:
+                text = self.policy_file.read_text(encoding="utf-8")
+            except OSError as error:
+                raise ConfigurationError(
+                    f"cannot read policy file {self.policy_file}: {error.strerror}"
+                ) from None
+            return parse_policy(text, source=f"policy file {self.policy_file}")
+        if self.min_coverage is not None:
+            return policy_from_threshold(self.min_coverage)
+        if required:
+            raise ConfigurationError(
+                "no policy configured: set MIN_EVIDENCE_COVERAGE (e.g. 0.85) or "
+                "EVIDENCE_POLICY_FILE, or pass --policy / --min-coverage"
+            )
+        return None
+
+
+def load_settings() -> Settings:
+    """Read the environment; a bad value is a ConfigurationError naming the variable."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except ValidationError as error:
+        details = error.errors()[0]
+        name = "EVIDENCE_" + str(details["loc"][0]).upper() if details["loc"] else "settings"
+        raise ConfigurationError(f"{name}: {details['msg']}") from None

@@ -1,0 +1,74 @@
+"""The store contract: keep the first outcome per hash, append every attempt, never overwrite."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from contracts import Alert, Attempt
+from contracts.outcomes import CacheOutcome
+
+
+class Recorded(BaseModel):
+    """What recording one attempt found: the canonical first attempt and how this one compares."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cache: CacheOutcome
+    first: Attempt
+    alert: Alert | None = None
+
+
+class History(BaseModel):
+    """Everything kept for one input hash, for `show` and the canary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_hash: str
+    first: Attempt
+    attempts: list[Attempt]
+    total_attempts: int
+    expires_at: datetime | None = None
+
+
+class DeadLetter(BaseModel):
+    """A message that could not be scored, kept whole with the error that rejected it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    received_at: datetime
+    error: str
+    body: str
+    task_id: str | None = None
+
+
+def classify(first: Attempt, attempt: Attempt) -> CacheOutcome:
+    """hit when (value, reason) agree exactly with the first attempt, conflict otherwise."""
+    return "hit" if first.outcome == attempt.outcome else "conflict"
+
+
+class ResultStore(Protocol):
+    """First-writer-wins outcomes, attempts, alerts and dead letters.
+
+    record() is atomic: of several writers racing on one new hash exactly one sees `miss`,
+    and a conflict's alert is stored in the same transaction as its attempt.
+    """
+
+    def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded: ...
+
+    def record_many(
+        self, items: Sequence[tuple[str, Attempt]], *, now: datetime
+    ) -> list[Recorded]: ...
+
+    def history(self, input_hash: str) -> History | None: ...
+
+    def alerts(self, limit: int = 100) -> list[Alert]: ...
+
+    def dead_letter(self, letter: DeadLetter) -> None: ...
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,24 @@
+"""Every Redis key name in one place. Per-hash keys share a hash tag so one script may touch
+both on Redis Cluster; the alert and dead-letter streams are global and written separately."""
+
+from __future__ import annotations
+
+
+def outcome_key(prefix: str, input_hash: str) -> str:
+    """HASH: outcome (canonical [value, reason] JSON), first (attempt JSON), total."""
+    return f"{prefix}:{{{input_hash}}}:outcome"
+
+
+def attempts_key(prefix: str, input_hash: str) -> str:
+    """LIST of attempt JSON, newest last, trimmed to the per-hash bound."""
+    return f"{prefix}:{{{input_hash}}}:attempts"
+
+
+def alerts_key(prefix: str) -> str:
+    """STREAM of nondeterminism alerts (field `alert`: the Alert JSON)."""
+    return f"{prefix}:alerts"
+
+
+def dead_letters_key(prefix: str) -> str:
+    """STREAM of rejected messages (field `letter`: the DeadLetter JSON)."""
+    return f"{prefix}:dead-letters"

@@ -1,0 +1,194 @@
+"""The shared store on Redis: one Lua script per attempt, pipelined per batch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar, cast
+
+import redis
+from redis.commands.core import Script
+
+from contracts import Alert, Attempt, Outcome
+from worker.errors import TransientError
+from worker.stores.base import DeadLetter, History, Recorded
+from worker.stores.keys import alerts_key, attempts_key, dead_letters_key, outcome_key
+
+MAX_ALERTS = 10_000
+MAX_DEAD_LETTERS = 10_000
+
+# KEYS: outcome hash, attempts list. ARGV: attempt JSON, outcome JSON, attempt bound, ttl (0: none).
+# Returns {cache} on a miss, {cache, first attempt JSON} otherwise. Comparing the canonical
+# outcome strings inside the script is what makes "first writer wins" atomic.
+RECORD_LUA = """
+local outcome = redis.call('HGET', KEYS[1], 'outcome')
+local cache = 'miss'
+if outcome then
+  redis.call('HINCRBY', KEYS[1], 'total', 1)
+  if outcome == ARGV[2] then cache = 'hit' else cache = 'conflict' end
+else
+  redis.call('HSET', KEYS[1], 'outcome', ARGV[2], 'first', ARGV[1], 'total', 1)
+  -- a new first outcome (only possible after expiry) starts a new history
+  redis.call('DEL', KEYS[2])
+end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+if cache == 'miss' then
+  local ttl = tonumber(ARGV[4])
+  if ttl > 0 then
+    redis.call('EXPIRE', KEYS[1], ttl)
+    redis.call('EXPIRE', KEYS[2], ttl)
+  end
+  return {cache}
+end
+return {cache, redis.call('HGET', KEYS[1], 'first')}
+"""
+
+T = TypeVar("T")
+
+
+def outcome_json(outcome: Outcome) -> str:
+    """The string two attempts must share to agree: repr-exact floats, the reason verbatim."""
+    return json.dumps([outcome.value, outcome.reason], ensure_ascii=False)
+
+
+class RedisStore:
+    """ResultStore on Redis (or Redis Cluster, thanks to per-hash hash tags)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "evidence",
+        max_attempts_per_hash: int = 100,
+        ttl_seconds: int | None = None,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.max_attempts_per_hash = max_attempts_per_hash
+        self.ttl_seconds = ttl_seconds or 0
+        self._record: Script = client.register_script(RECORD_LUA)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisStore:
+        client = redis.Redis.from_url(
+            url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+        )
+        return cls(client, **options)
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        try:
+            return operation()
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as error:
+            raise TransientError(f"Redis unreachable: {error}") from error
+
+    def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded:
+        return self.record_many([(input_hash, attempt)], now=now)[0]
+
+    def record_many(self, items: Sequence[tuple[str, Attempt]], *, now: datetime) -> list[Recorded]:
+        """One round trip for the batch; Redis runs the scripts in order, one at a time."""
+        if not items:
+            return []
+        attempts_json = [attempt.model_dump_json() for _, attempt in items]
+
+        def run() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for (input_hash, attempt), attempt_json in zip(items, attempts_json, strict=True):
+                self._record(
+                    keys=[
+                        outcome_key(self.prefix, input_hash),
+                        attempts_key(self.prefix, input_hash),
+                    ],
+                    args=[
+                        attempt_json,
+                        outcome_json(attempt.outcome),
+                        self.max_attempts_per_hash,
+                        self.ttl_seconds,
+                    ],
+                    client=pipe,
+                )
+            return pipe.execute()
+
+        replies = self._call(run)
+        results = [
+            self._recorded(input_hash, attempt, reply, now)
+            for (input_hash, attempt), reply in zip(items, replies, strict=True)
+        ]
+        alerts = [result.alert for result in results if result.alert is not None]
+        if alerts:
+            self._call(lambda: self._add_alerts(alerts))
+        return results
+
+    @staticmethod
+    def _recorded(input_hash: str, attempt: Attempt, reply: list[bytes], now: datetime) -> Recorded:
+        cache = reply[0].decode()
+        if cache == "miss":
+            return Recorded(cache="miss", first=attempt)
+        first = Attempt.model_validate_json(reply[1])
+        if cache == "hit":
+            return Recorded(cache="hit", first=first)
+        alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
+        return Recorded(cache="conflict", first=first, alert=alert)
+
+    def _add_alerts(self, alerts: Sequence[Alert]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for alert in alerts:
+            pipe.xadd(
+                alerts_key(self.prefix),
+                {"alert": alert.model_dump_json()},
+                maxlen=MAX_ALERTS,
+                approximate=True,
+            )
+        pipe.execute()
+
+    def history(self, input_hash: str) -> History | None:
+        def run() -> tuple[dict[bytes, bytes], list[bytes]]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(outcome_key(self.prefix, input_hash))
+            pipe.lrange(attempts_key(self.prefix, input_hash), 0, -1)
+            fields, attempts = pipe.execute()
+            return fields, attempts
+
+        fields, attempts = self._call(run)
+        if not fields:
+            return None
+        return History(
+            input_hash=input_hash,
+            first=Attempt.model_validate_json(fields[b"first"]),
+            attempts=[Attempt.model_validate_json(text) for text in attempts],
+            total_attempts=int(fields[b"total"]),
+        )
+
+    def _newest(self, stream: str, field: bytes, limit: int) -> list[bytes]:
+        """The newest `limit` entries' `field`, oldest first."""
+        entries = cast(
+            "list[tuple[bytes, dict[bytes, bytes]]]",
+            self._call(lambda: self.client.xrevrange(stream, count=limit)),
+        )
+        return [fields[field] for _, fields in reversed(entries)]
+
+    def alerts(self, limit: int = 100) -> list[Alert]:
+        return [
+            Alert.model_validate_json(text)
+            for text in self._newest(alerts_key(self.prefix), b"alert", limit)
+        ]
+
+    def dead_letter(self, letter: DeadLetter) -> None:
+        self._call(
+            lambda: self.client.xadd(
+                dead_letters_key(self.prefix),
+                {"letter": letter.model_dump_json()},
+                maxlen=MAX_DEAD_LETTERS,
+                approximate=True,
+            )
+        )
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return [
+            DeadLetter.model_validate_json(text)
+            for text in self._newest(dead_letters_key(self.prefix), b"letter", limit)
+        ]
+
+    def close(self) -> None:
+        self.client.close()
