@@ -14,6 +14,7 @@ from contracts.records import NONDETERMINISM
 
 # Fields that could carry raw answer or context text; dropped from every log line.
 RAW_TEXT_FIELDS = frozenset({"answer", "contexts", "text", "prompt", "body"})
+PER_MESSAGE_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 
 
 def drop_raw_text(
@@ -77,3 +78,26 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
 def emit_alert(alert: Alert, **context: Any) -> None:
     """The nondeterminism alert as its own ERROR line: both outcomes and both attempts."""
     get_logger().error(NONDETERMINISM, **alert.model_dump(mode="json"), **context)
+
+
+def configure_stdlib_logging(log_format: str = "json", *, stream: TextIO | None = None) -> None:
+    """Send stdlib logging (Celery's, kombu's) through the same processors and renderer."""
+    configure_logging(log_format, stream=stream)
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared_processors()],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    # "Task received" / "Task succeeded" would be extra lines per message: our one record
+    # per message already says it. Their warnings and errors still come through.
+    for name in PER_MESSAGE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)

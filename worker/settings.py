@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: int = Field(default=300, gt=0)
     max_attempts_per_hash: int = Field(default=100, ge=2)
     max_message_bytes: int = Field(default=1_048_576, gt=0)
+    max_batch_bytes: int = Field(default=33_554_432, gt=0)
+    max_deliveries: int = Field(default=5, ge=1)
     key_prefix: str = "evidence"
     queue: str = "attribution-results"
 

@@ -22,3 +22,8 @@ def alerts_key(prefix: str) -> str:
 def dead_letters_key(prefix: str) -> str:
     """STREAM of rejected messages (field `letter`: the DeadLetter JSON)."""
     return f"{prefix}:dead-letters"
+
+
+def deliveries_key(prefix: str, task_id: str) -> str:
+    """INTEGER: how often a redelivered task id has been seen; expires after a day."""
+    return f"{prefix}:deliveries:{task_id}"

@@ -13,10 +13,17 @@ from redis.commands.core import Script
 from contracts import Alert, Attempt, Outcome
 from worker.errors import TransientError
 from worker.stores.base import DeadLetter, History, Recorded
-from worker.stores.keys import alerts_key, attempts_key, dead_letters_key, outcome_key
+from worker.stores.keys import (
+    alerts_key,
+    attempts_key,
+    dead_letters_key,
+    deliveries_key,
+    outcome_key,
+)
 
 MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
+DELIVERY_COUNT_TTL_SECONDS = 86_400
 
 # KEYS: outcome hash, attempts list. ARGV: attempt JSON, outcome JSON, attempt bound, ttl (0: none).
 # Returns {cache} on a miss, {cache, first attempt JSON} otherwise. Comparing the canonical
@@ -189,6 +196,18 @@ class RedisStore:
             DeadLetter.model_validate_json(text)
             for text in self._newest(dead_letters_key(self.prefix), b"letter", limit)
         ]
+
+    def count_delivery(self, task_id: str) -> int:
+        key = deliveries_key(self.prefix, task_id)
+
+        def run() -> int:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.incr(key)
+            pipe.expire(key, DELIVERY_COUNT_TTL_SECONDS)
+            count, _ = pipe.execute()
+            return int(count)
+
+        return self._call(run)
 
     def close(self) -> None:
         self.client.close()

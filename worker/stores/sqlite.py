@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 );
 CREATE INDEX IF NOT EXISTS attempts_by_hash ON attempts (input_hash, id);
 CREATE TABLE IF NOT EXISTS alerts (id INTEGER PRIMARY KEY AUTOINCREMENT, alert TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS deliveries (task_id TEXT PRIMARY KEY, count INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS dead_letters (
     id INTEGER PRIMARY KEY AUTOINCREMENT, letter TEXT NOT NULL
 );
@@ -169,6 +170,14 @@ class SQLiteStore:
             (limit,),
         )
         return [DeadLetter.model_validate_json(text) for (text,) in rows]
+
+    def count_delivery(self, task_id: str) -> int:
+        row = self._db.execute(
+            "INSERT INTO deliveries (task_id, count) VALUES (?, 1)"
+            " ON CONFLICT (task_id) DO UPDATE SET count = count + 1 RETURNING count",
+            (task_id,),
+        ).fetchone()
+        return int(row[0])
 
     def close(self) -> None:
         self._db.close()

@@ -1,0 +1,110 @@
+"""The Celery app: `celery -A worker.app worker`. Delivery settings for an idempotent task.
+
+Every message ends in exactly one record: scored, or rejected and dead-lettered. Messages
+that never reach a task (undecodable or oversize bodies) are caught by EvidenceConsumer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+from celery.worker.consumer import Consumer
+
+from worker.settings import Settings, load_settings
+
+RETRY_BACKOFF_MAX_SECONDS = 60
+# kombu sweeps the unacked index this often; with throttle 1 a killed worker's messages are
+# back on the queue within visibility_timeout + this, well inside the +30 s we promise.
+UNACKED_RESTORE_INTERVAL_SECONDS = 5
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings, each with the reason it is set."""
+    transport_options = {
+        # How soon an unacknowledged message is redelivered after its worker dies.
+        "visibility_timeout": settings.visibility_timeout_seconds,
+        "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_SECONDS,
+        "unacked_restore_throttle": 1,
+    }
+    return {
+        "broker_url": settings.broker_url,
+        # JSON only, never pickle: a message is data, not code.
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        # Outcomes live in our store; Celery results would be a second, weaker copy.
+        "task_ignore_result": True,
+        "task_default_queue": settings.queue,
+        "task_default_routing_key": settings.queue,
+        # Ack after the outcome is recorded; a crash mid-task means redelivery, never loss.
+        "task_acks_late": True,
+        # A pool child killed mid-task (OOM, kill -9) requeues its message; redeliveries are
+        # bounded by EVIDENCE_MAX_DELIVERIES in the task so a poison message cannot loop.
+        "task_reject_on_worker_lost": True,
+        # Small prefetch: fewer unacked messages stranded (until visibility timeout) when a
+        # worker dies, while still keeping the pool fed between round trips.
+        "worker_prefetch_multiplier": 4,
+        "broker_transport_options": transport_options,
+        # Celery also reads the visibility timeout from the result backend's options.
+        "result_backend_transport_options": transport_options,
+        # On broker connection loss, cancel running tasks: their messages are redelivered
+        # anyway, and finishing them would record outcomes whose acks can no longer land.
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_max_retries": None,
+        # Never: a deduplicated redelivery would hide the very nondeterminism we report.
+        "worker_deduplicate_successful_tasks": False,
+        # stdout carries our JSON lines; Celery must not wrap prints into its own logger.
+        "worker_redirect_stdouts": False,
+        "worker_hijack_root_logger": False,
+        "worker_consumer": "worker.app:EvidenceConsumer",
+    }
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    settings = settings or load_settings()
+    celery = Celery("evidence_coverage", include=["worker.tasks"])
+    celery.conf.update(celery_config(settings))
+    return celery
+
+
+class EvidenceConsumer(Consumer):  # type: ignore[misc]
+    """Celery's consumer, plus: oversize and undecodable bodies are rejected with a record and
+    dead-lettered whole, never dropped silently (Celery alone would log and ack them)."""
+
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
+        on_task_received = super().create_task_handler(*args, **kwargs)
+
+        def guarded(message: Any) -> Any:
+            from worker.tasks import body_limit, reject_undeliverable
+
+            task_name = (message.headers or {}).get("task")
+            size = len(message.body or b"")
+            limit = body_limit(task_name)
+            if size > limit:
+                reject_undeliverable(
+                    message, f"message is {size} bytes, over the {limit}-byte limit"
+                )
+                return None
+            return on_task_received(message)
+
+        return guarded
+
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        from worker.tasks import reject_undeliverable
+
+        reject_undeliverable(message, f"invalid message body: {exc}")
+
+
+@signals.setup_logging.connect  # type: ignore[untyped-decorator]
+def _configure_logging(**_: Any) -> None:
+    """Celery's own log lines go through structlog too, so stdout is one format."""
+    from worker.logging import configure_stdlib_logging
+
+    configure_stdlib_logging(load_settings().log_format)
+
+
+app = create_app()

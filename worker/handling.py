@@ -1,0 +1,62 @@
+"""Raw bodies in, records out: the shared path of the Celery tasks and the one-process runs.
+
+Each body is parsed on its own, so a bad one is dead-lettered and recorded as rejected
+without spoiling the others; the valid ones are recorded in one store call, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contracts import AttributionResult, Policy
+from worker.errors import InputError
+from worker.pipeline import Clock, Delivery, Processed, parse_message, process_many, rejected
+from worker.stores import DeadLetter, ResultStore
+
+Body = object  # str | bytes | a decoded JSON value; anything else is rejected, not raised
+
+
+def body_text(body: Body) -> str:
+    """The body as kept in the dead-letter store: whole, decoded leniently."""
+    if isinstance(body, bytes):
+        return body.decode("utf-8", "replace").rstrip("\n")
+    if isinstance(body, str):
+        return body.rstrip("\n")
+    import json
+
+    try:
+        return json.dumps(body, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return repr(body)
+
+
+def handle(
+    bodies: Sequence[tuple[Body, Delivery]],
+    *,
+    store: ResultStore,
+    policy: Policy | None,
+    max_message_bytes: int,
+    clock: Clock,
+) -> list[Processed]:
+    """One Processed per body, in input order; rejected bodies are dead-lettered first."""
+    valid: list[tuple[AttributionResult, Delivery]] = []
+    slots: list[Processed | None] = []
+    for body, delivery in bodies:
+        try:
+            parsed = parse_message(body, max_bytes=max_message_bytes)  # type: ignore[arg-type]
+        except InputError as error:
+            store.dead_letter(
+                DeadLetter(
+                    received_at=clock(),
+                    error=str(error),
+                    body=body_text(body),
+                    task_id=delivery.task_id,
+                )
+            )
+            record = rejected(str(error), body=body, policy=policy, delivery=delivery)
+            slots.append(Processed(record=record))
+            continue
+        valid.append((parsed, delivery))
+        slots.append(None)
+    scored = iter(process_many(valid, store=store, policy=policy, clock=clock))
+    return [slot if slot is not None else next(scored) for slot in slots]

@@ -1,0 +1,124 @@
+"""Thin Celery tasks: validate, run the pipeline, record, log. Options carry acks and retries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from celery import Task, signals
+
+from worker.app import RETRY_BACKOFF_MAX_SECONDS, app
+from worker.errors import TransientError
+from worker.handling import body_text
+from worker.logging import emit_record
+from worker.pipeline import Delivery, rejected
+from worker.runtime import Runtime, summary
+from worker.settings import load_settings
+from worker.stores import DeadLetter
+
+SCORE = "evidence_coverage.score"
+SCORE_BATCH = "evidence_coverage.score_batch"
+NOOP = "evidence_coverage.noop"
+# Room for Celery's envelope around one message: [[message], {}, {callbacks...}].
+ENVELOPE_BYTES = 4_096
+
+TASK_OPTIONS: dict[str, Any] = {
+    "bind": True,
+    # Only the store being unreachable is worth retrying; bad input never is.
+    "autoretry_for": (TransientError,),
+    "retry_backoff": True,
+    "retry_backoff_max": RETRY_BACKOFF_MAX_SECONDS,
+    "retry_jitter": True,
+    "max_retries": 20,
+}
+
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    """This process's runtime, built on first use (after the prefork fork, never before)."""
+    global _runtime  # noqa: PLW0603 - one per process by design
+    if _runtime is None:
+        _runtime = Runtime.from_settings(load_settings())
+    return _runtime
+
+
+@signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _close_runtime(**_: Any) -> None:
+    global _runtime  # noqa: PLW0603
+    if _runtime is not None:
+        _runtime.close()
+        _runtime = None
+
+
+def body_limit(task_name: str | None) -> int:
+    """Bytes a transport body may have before it is parsed at all."""
+    settings = runtime().settings
+    if task_name == SCORE_BATCH:
+        return settings.max_batch_bytes
+    return settings.max_message_bytes + ENVELOPE_BYTES
+
+
+def reject_undeliverable(message: Any, error: str) -> None:
+    """A body no task can take: dead-letter it whole, record it as rejected, then ack it."""
+    current = runtime()
+    headers = message.headers or {}
+    delivery = Delivery(task_id=headers.get("id"))
+    current.store.dead_letter(
+        DeadLetter(
+            received_at=current.clock(),
+            error=error,
+            body=body_text(message.body),
+            task_id=delivery.task_id,
+        )
+    )
+    emit_record(
+        rejected(error, policy=current.policy, delivery=delivery),
+        task_name=headers.get("task"),
+    )
+    message.ack()
+
+
+def _delivery(task: Task) -> Delivery:
+    info = task.request.delivery_info or {}
+    return Delivery(task_id=task.request.id, redelivered=bool(info.get("redelivered")))
+
+
+def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
+    delivery = _delivery(task)
+    current = runtime()
+    with structlog.contextvars.bound_contextvars(
+        task_id=delivery.task_id,
+        task_name=task.name,
+        retries=task.request.retries,
+        redelivered=delivery.redelivered,
+    ):
+        if delivery.redelivered and delivery.task_id:
+            deliveries = current.store.count_delivery(delivery.task_id)
+            if deliveries > current.settings.max_deliveries:
+                error = (
+                    f"delivered {deliveries} times without completing "
+                    f"(limit EVIDENCE_MAX_DELIVERIES={current.settings.max_deliveries})"
+                )
+                return summary(current.reject_all(bodies, error, delivery))
+        return summary(current.run([(body, delivery) for body in bodies]))
+
+
+@app.task(name=SCORE, **TASK_OPTIONS)  # type: ignore[untyped-decorator]
+def score(self: Task, message: Any) -> list[dict[str, Any]]:
+    """Score one AttributionResult (a JSON object, or its JSON text)."""
+    return _run(self, [message])
+
+
+@app.task(name=SCORE_BATCH, **TASK_OPTIONS)  # type: ignore[untyped-decorator]
+def score_batch(self: Task, messages: Any) -> list[dict[str, Any]]:
+    """Score a list of AttributionResults; each keeps its own record and hit/conflict."""
+    if not isinstance(messages, list):
+        error = f"score_batch takes a list of messages, got {type(messages).__name__}"
+        return summary(runtime().reject_all([messages], error, _delivery(self)))
+    return _run(self, messages)
+
+
+@app.task(name=NOOP, bind=True)  # type: ignore[untyped-decorator]
+def noop(self: Task, message: Any) -> None:
+    """Celery's own floor per message, the baseline `bench` measures against."""
