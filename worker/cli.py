@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from kombu.exceptions import OperationalError
+
 from contracts import Policy, PolicyError, json_schemas, parse_policy, policy_from_threshold
 from worker.errors import ConfigurationError, InputError, TransientError
 from worker.inputs import read_jsonl
@@ -88,6 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     alerts.add_argument("--store", metavar="URL", help="as for score")
     alerts.add_argument("--limit", type=int, default=100, help="newest N alerts (default 100)")
+
+    publish = commands.add_parser(
+        "publish",
+        help="validate AttributionResults and send them to the broker",
+        description="Validate each JSON line, then send it to the queue as an "
+        "evidence_coverage.score task (or score_batch with --batch N). Invalid lines are "
+        "reported on stderr and not sent (exit 2). Broker: $EVIDENCE_BROKER_URL.",
+    )
+    publish.add_argument("path", metavar="PATH", help="JSON-lines file, or - for stdin")
+    publish.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        metavar="N",
+        help="send lists of N messages to evidence_coverage.score_batch (default 1: one task each)",
+    )
 
     schema = commands.add_parser("schema", help="print the published JSON Schemas")
     schema.add_argument("--write", metavar="DIR", type=Path, help="write one file per schema")
@@ -174,6 +192,33 @@ def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
     return NONDETERMINISM if alerts else OK
 
 
+def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
+    if args.batch < 1:
+        raise InputError("--batch must be at least 1")
+    from worker.app import create_app
+    from worker.publishing import publish_lines
+
+    progress = Progress("publish")
+    result = publish_lines(
+        read_jsonl(args.path),
+        app=create_app(settings),
+        queue=settings.queue,
+        batch_size=args.batch,
+        max_message_bytes=settings.max_message_bytes,
+        on_progress=lambda sent: progress.tick(sent - progress.count),
+    )
+    for number, reason in result.rejected:
+        print(f"{PROG} publish: line {number} not sent: {reason}", file=sys.stderr)
+    if result.messages == 0 and not result.rejected:
+        raise InputError(f"{args.path} contains no messages")
+    print(
+        f"publish: sent {result.messages} messages in {result.tasks} tasks to queue "
+        f"{settings.queue}; {len(result.rejected)} lines rejected",
+        file=sys.stderr,
+    )
+    return INVALID if result.rejected else OK
+
+
 def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
     schemas = json_schemas()
     if args.write is None:
@@ -191,6 +236,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "gate": cmd_gate,
     "show": cmd_show,
     "alerts": cmd_alerts,
+    "publish": cmd_publish,
     "schema": cmd_schema,
 }
 
@@ -208,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(error))
     except TransientError as error:
         return _fail(f"store unavailable: {error}")
+    except OperationalError as error:
+        return _fail(f"broker unreachable ({error}); check EVIDENCE_BROKER_URL")
     except KeyboardInterrupt:
         return _fail("interrupted")
 

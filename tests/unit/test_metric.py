@@ -119,9 +119,7 @@ CASES = [
         ERROR + "supported_claim_ids contains a blank claim ID",
         id="supported-blank-beats-empty-required",
     ),
-    pytest.param(
-        [], [], None, ERROR + "required_claim_ids must not be empty", id="empty-required"
-    ),
+    pytest.param([], [], None, ERROR + "required_claim_ids must not be empty", id="empty-required"),
     pytest.param(
         [],
         ["a"],
@@ -150,9 +148,7 @@ CASES = [
         "supported=1; required=2; missing=C1",
         id="case-variants-are-distinct-ids",
     ),
-    pytest.param(
-        [" a "], ["a"], 1.0, "supported=1; required=1; missing=none", id="stripped-equal"
-    ),
+    pytest.param([" a "], ["a"], 1.0, "supported=1; required=1; missing=none", id="stripped-equal"),
     pytest.param(
         ["  b ", "a"],
         [],
