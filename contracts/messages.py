@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
@@ -58,7 +58,8 @@ class Grader(Contract):
 class AttributionResult(ReleaseRow):
     """The event an upstream attribution job publishes for one sample."""
 
-    schema_version: Literal[1] = 1
+    # StrictInt, not Literal[1]: a Literal compares by ==, and True == 1 in Python.
+    schema_version: StrictInt = Field(default=1, ge=1, le=1)
     contract_version: str = Field(min_length=1)  # required here, optional on ReleaseRow
     answer: str
     contexts: list[Context]

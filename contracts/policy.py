@@ -29,8 +29,10 @@ class PolicyGroup(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one_rule(self) -> PolicyGroup:
-        if (self.min_coverage is None) == (self.require_all is None):
-            raise ValueError("set exactly one of min_coverage (0.0..1.0) or require_all = true")
+        if self.min_coverage is None and self.require_all is None:
+            raise ValueError("no threshold: set min_coverage (0.0..1.0) or require_all = true")
+        if self.min_coverage is not None and self.require_all is not None:
+            raise ValueError("set only one of min_coverage or require_all, not both")
         return self
 
     @property
@@ -65,10 +67,21 @@ class Policy(BaseModel):
         )
 
 
+# Pydantic's wording where it reads poorly in a policy file.
+FRIENDLIER = {
+    "extra_forbidden": "unknown key",
+    "literal_error": "must be true (for a threshold use min_coverage instead)",
+    "too_short": "must define at least one group",
+    "model_type": "must be a table (e.g. [groups.default] with min_coverage = 0.85)",
+    "finite_number": "must be a finite number in 0.0..1.0",
+}
+
+
 def _first_error(error: ValidationError) -> str:
     details = error.errors()[0]
     where = ".".join(str(part) for part in details["loc"]) or "policy"
-    return f"{where}: {details['msg']}"
+    message = FRIENDLIER.get(details["type"], details["msg"].removeprefix("Value error, "))
+    return f"{where}: {message}"
 
 
 def parse_policy(text: str, *, source: str = "policy file") -> Policy:
@@ -91,9 +104,13 @@ def policy_from_threshold(raw: str) -> Policy:
         raise PolicyError(
             f"MIN_EVIDENCE_COVERAGE={raw!r} is not a number; set a value in 0.0..1.0"
         ) from None
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+    if not math.isfinite(value):
+        raise PolicyError(f"MIN_EVIDENCE_COVERAGE={raw!r} is not a finite number in 0.0..1.0")
+    if not 0.0 <= value <= 1.0:
         raise PolicyError(f"MIN_EVIDENCE_COVERAGE={raw!r} is outside 0.0..1.0")
-    return Policy(version=f"env:{raw}", groups={DEFAULT_GROUP: PolicyGroup(min_coverage=value)})
+    # The version names the value as configured, minus surrounding whitespace.
+    version = f"env:{raw.strip()}"
+    return Policy(version=version, groups={DEFAULT_GROUP: PolicyGroup(min_coverage=value)})
 
 
 def decide(

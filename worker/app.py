@@ -98,6 +98,26 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
 
         reject_undeliverable(message, f"invalid message body: {exc}")
 
+    # Celery's own handlers for the cases below log the raw body (answer and context text
+    # included) and drop the message without a record; ours record it and dead-letter it.
+
+    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
+        """A disallowed content type (pickle) or a malformed task envelope."""
+        from worker.tasks import reject_undeliverable
+
+        reject_undeliverable(message, f"invalid task message: {exc}")
+
+    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
+        from worker.tasks import reject_undeliverable
+
+        name = (message.headers or {}).get("task")
+        reject_undeliverable(message, f"unknown task {name!r}")
+
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        from worker.tasks import reject_undeliverable
+
+        reject_undeliverable(message, "not a task message: it has no task header")
+
 
 @signals.setup_logging.connect  # type: ignore[untyped-decorator]
 def _configure_logging(**_: Any) -> None:

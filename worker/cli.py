@@ -107,6 +107,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="send lists of N messages to evidence_coverage.score_batch (default 1: one task each)",
     )
 
+    bench = commands.add_parser(
+        "bench",
+        help="measure drain throughput against Celery's own floor",
+        description="Start a worker, pre-fill a queue, and time its drain for (a) a no-op "
+        "task, (b) evidence_coverage.score, (c) score_batch; report msgs/s, µs/msg, p50/p99 "
+        "publish-to-record latency, peak RSS and the ratios b/a and c/b. Uses its own queues "
+        "and key prefix on the bench broker and deletes them afterwards.",
+    )
+    bench.add_argument("--messages", type=int, default=20_000, help="per phase (default 20000)")
+    bench.add_argument("--batch-size", type=int, default=100, help="messages per score_batch")
+    bench.add_argument("--repeat", type=int, default=1, help="runs per phase; medians reported")
+    bench.add_argument("--pool", choices=["prefork", "solo"], default="prefork")
+    bench.add_argument("--concurrency", type=int, default=2)
+    bench.add_argument(
+        "--broker",
+        metavar="URL",
+        help="broker and store for the run (default: $EVIDENCE_BENCH_BROKER_URL, "
+        "else redis://localhost:6379/15)",
+    )
+    bench.add_argument(
+        "--phases", default="noop,score,batch", help="comma-separated subset of noop,score,batch"
+    )
+    bench.add_argument("--micro", action="store_true", help="only the scoring microbenchmark")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+
     schema = commands.add_parser("schema", help="print the published JSON Schemas")
     schema.add_argument("--write", metavar="DIR", type=Path, help="write one file per schema")
     return parser
@@ -129,6 +154,11 @@ def resolve_policy(
     return settings.load_policy(required=required)
 
 
+def _source_name(path: str) -> str:
+    """How messages name an input: '-' reads as stdin."""
+    return "stdin" if path == "-" else path
+
+
 def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     policy = resolve_policy(args, settings, required=False)
     store = open_store(args.store or settings.embedded_store_url(), settings)
@@ -144,7 +174,7 @@ def cmd_score(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         store.close()
     if tally.total == 0:
-        raise InputError(f"{args.path} contains no messages")
+        raise InputError(f"{_source_name(args.path)} contains no messages")
     print(tally.summary("score", policy) + f" ({progress.elapsed:.1f}s)", file=sys.stderr)
     return tally.exit_code
 
@@ -159,7 +189,7 @@ def cmd_gate(args: argparse.Namespace, settings: Settings) -> int:
         progress=Progress("gate"),
     )
     if tally.total == 0:
-        raise InputError(f"{args.path} contains no rows")
+        raise InputError(f"{_source_name(args.path)} contains no rows")
     print(tally.summary("gate", policy), file=sys.stderr)
     return tally.exit_code
 
@@ -210,13 +240,47 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     for number, reason in result.rejected:
         print(f"{PROG} publish: line {number} not sent: {reason}", file=sys.stderr)
     if result.messages == 0 and not result.rejected:
-        raise InputError(f"{args.path} contains no messages")
+        raise InputError(f"{_source_name(args.path)} contains no messages")
     print(
         f"publish: sent {result.messages} messages in {result.tasks} tasks to queue "
         f"{settings.queue}; {len(result.rejected)} lines rejected",
         file=sys.stderr,
     )
     return INVALID if result.rejected else OK
+
+
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.micro:
+        from worker.bench_micro import micro
+
+        result = micro()
+        print(json.dumps(result) if args.json else _table(result))
+        return OK
+    from worker.bench import PHASES, Bench, BenchConfig, summarize
+
+    phases = tuple(phase.strip() for phase in args.phases.split(",") if phase.strip())
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown or not phases:
+        raise InputError(f"--phases: unknown phase(s) {','.join(unknown)}; use noop,score,batch")
+    if args.messages < 1 or args.repeat < 1 or args.batch_size < 1 or args.concurrency < 1:
+        raise InputError("--messages, --repeat, --batch-size and --concurrency must be >= 1")
+    config = BenchConfig(
+        messages=args.messages,
+        batch_size=args.batch_size,
+        repeat=args.repeat,
+        pool=args.pool,
+        concurrency=args.concurrency,
+        phases=phases,
+        broker_url=args.broker or settings.bench_broker_url,
+    )
+    summary = summarize(Bench(config, progress=lambda line: print(line, file=sys.stderr)).run())
+    print(json.dumps(summary) if args.json else _table(summary))
+    return OK
+
+
+def _table(values: dict[str, Any]) -> str:
+    width = max(len(key) for key in values)
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in values.items() if key != "runs")
 
 
 def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
@@ -237,6 +301,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "show": cmd_show,
     "alerts": cmd_alerts,
     "publish": cmd_publish,
+    "bench": cmd_bench,
     "schema": cmd_schema,
 }
 

@@ -32,4 +32,6 @@ def read_jsonl(path: str) -> Iterator[tuple[int, bytes]]:
 def _numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
     for number, line in enumerate(lines, start=1):
         if line.strip():
-            yield number, line
+            # The terminator is not part of the message: without it a truncated line's
+            # parse error points into that line ("column 26"), not at "line 2 column 0".
+            yield number, line.rstrip(b"\r\n")

@@ -58,7 +58,9 @@ def configure_logging(
     structlog.configure(
         processors=[*shared_processors(), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),
+        # One write() per line (message and newline together): prefork children share stdout,
+        # and print()'s two writes let their lines interleave mid-record.
+        logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),
         cache_logger_on_first_use=cache,
     )
 

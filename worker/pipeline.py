@@ -25,8 +25,8 @@ from contracts import (
     ScoreRecord,
     decide,
     input_hash,
-    score_claims,
 )
+from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
 from contracts.records import REJECTED, SCORED
 from worker.errors import InputError, OversizeMessage
@@ -103,8 +103,8 @@ def case_id_of(body: object) -> str | None:
 
 def score(message: AttributionResult) -> tuple[str, Outcome]:
     """The input hash and the metric outcome for one validated message."""
-    result = score_claims(message.required_claim_ids, message.supported_claim_ids)
-    return input_hash(message), Outcome(value=result.value, reason=result.reason)
+    value, reason = score_pair(message.required_claim_ids, message.supported_claim_ids)
+    return input_hash(message), Outcome(value=value, reason=reason)
 
 
 def make_attempt(

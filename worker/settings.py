@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     max_batch_bytes: int = Field(default=33_554_432, gt=0)
     max_deliveries: int = Field(default=5, ge=1)
     key_prefix: str = "evidence"
+    bench_broker_url: str = "redis://localhost:6379/15"
     queue: str = "attribution-results"
 
     @field_validator("log_format")

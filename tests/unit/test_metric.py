@@ -341,12 +341,35 @@ claim_ids = st.lists(
     st.one_of(st.sampled_from(ID_POOL), st.text(alphabet="aAb \u00e9", max_size=3)),
     max_size=6,
 )
+# Distinct after stripping and never blank: required lists drawn from here are often valid.
+distinct_ids = st.lists(
+    st.sampled_from([claim_id for claim_id in ID_POOL if claim_id.strip()]).filter(
+        lambda claim_id: claim_id == claim_id.strip()
+    ),
+    unique=True,
+    max_size=6,
+)
+padding = st.sampled_from(["", " ", "\t", "\u00a0"])
+
+
+@st.composite
+def claim_lists(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+    """Required and supported lists, mixing anything-goes lists with plausible ones: distinct
+    required IDs and a (sometimes padded) subset of them as supported, so valid rows with
+    partial coverage are common rather than rare."""
+    required = draw(st.one_of(claim_ids, distinct_ids))
+    if not required:
+        return required, draw(claim_ids)
+    padded = st.tuples(padding, st.sampled_from(required), padding).map("".join)
+    subset = st.lists(padded, unique_by=str.strip, max_size=len(required))
+    return required, draw(st.one_of(claim_ids, subset))
 
 
 @settings(max_examples=2000, deadline=None)
-@given(required=claim_ids, supported=claim_ids)
-def test_fast_path_matches_ragas(required: list[str], supported: list[str]) -> None:
+@given(lists=claim_lists())
+def test_fast_path_matches_ragas(lists: tuple[list[str], list[str]]) -> None:
     """For any ID lists, score_claims and `.score()` agree and value is None exactly on errors."""
+    required, supported = lists
     fast = score_claims(required, supported)
     slow = evidence_coverage.score(required_claim_ids=required, supported_claim_ids=supported)
 

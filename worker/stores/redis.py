@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import redis
@@ -150,25 +150,31 @@ class RedisStore:
         pipe.execute()
 
     def history(self, input_hash: str) -> History | None:
-        def run() -> tuple[dict[bytes, bytes], list[bytes]]:
+        def run() -> tuple[dict[bytes, bytes], list[bytes], int]:
             pipe = self.client.pipeline(transaction=False)
             pipe.hgetall(outcome_key(self.prefix, input_hash))
             pipe.lrange(attempts_key(self.prefix, input_hash), 0, -1)
-            fields, attempts = pipe.execute()
-            return fields, attempts
+            pipe.pttl(outcome_key(self.prefix, input_hash))
+            fields, attempts, ttl_ms = pipe.execute()
+            return fields, attempts, ttl_ms
 
-        fields, attempts = self._call(run)
+        fields, attempts, ttl_ms = self._call(run)
         if not fields:
             return None
+        # PTTL is -1 for a key kept forever; report expiry as the SQLite store does.
+        expires_at = datetime.now(UTC) + timedelta(milliseconds=ttl_ms) if ttl_ms > 0 else None
         return History(
             input_hash=input_hash,
             first=Attempt.model_validate_json(fields[b"first"]),
             attempts=[Attempt.model_validate_json(text) for text in attempts],
             total_attempts=int(fields[b"total"]),
+            expires_at=expires_at,
         )
 
     def _newest(self, stream: str, field: bytes, limit: int) -> list[bytes]:
         """The newest `limit` entries' `field`, oldest first."""
+        if limit <= 0:  # XREVRANGE rejects COUNT 0; the SQLite store returns nothing
+            return []
         entries = cast(
             "list[tuple[bytes, dict[bytes, bytes]]]",
             self._call(lambda: self.client.xrevrange(stream, count=limit)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -35,6 +36,20 @@ MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
 
 
+def _enable_wal(db: sqlite3.Connection, timeout_seconds: float) -> None:
+    """Switch to WAL, retrying while locked: when several processes open a new file at once,
+    SQLite fails this pragma with "database is locked" without calling the busy handler."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 class SQLiteStore:
     """ResultStore over one SQLite file; every record() is one IMMEDIATE transaction."""
 
@@ -58,7 +73,7 @@ class SQLiteStore:
                 isolation_level=None,
                 check_same_thread=False,
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(self._db, busy_timeout_seconds)
             self._db.executescript(SCHEMA)
         except sqlite3.Error as error:
             raise ConfigurationError(f"cannot open SQLite store {self.path}: {error}") from None
@@ -148,7 +163,7 @@ class SQLiteStore:
     def alerts(self, limit: int = 100) -> list[Alert]:
         rows = self._db.execute(
             "SELECT alert FROM (SELECT id, alert FROM alerts ORDER BY id DESC LIMIT ?) ORDER BY id",
-            (limit,),
+            (max(limit, 0),),  # SQLite reads a negative LIMIT as "no limit"
         )
         return [Alert.model_validate_json(text) for (text,) in rows]
 
@@ -167,7 +182,7 @@ class SQLiteStore:
         rows = self._db.execute(
             "SELECT letter FROM (SELECT id, letter FROM dead_letters ORDER BY id DESC LIMIT ?)"
             " ORDER BY id",
-            (limit,),
+            (max(limit, 0),),
         )
         return [DeadLetter.model_validate_json(text) for (text,) in rows]
 

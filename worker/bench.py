@@ -1,0 +1,409 @@
+"""`evidence-worker bench`: drain throughput of noop, score and score_batch, as ratios.
+
+Each phase pre-fills its own queue, starts its own worker subprocess with the same settings,
+and times the drain from the first message taken to the last one acknowledged. Ratios within
+one run are what we report; absolute numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from worker.app import create_app
+from worker.settings import Settings
+
+PHASES = ("noop", "score", "batch")
+TASKS = {
+    "noop": "evidence_coverage.noop",
+    "score": "evidence_coverage.score",
+    "batch": "evidence_coverage.score_batch",
+}
+DEFAULT_BENCH_BROKER = "redis://localhost:6379/15"
+MAX_QUEUED_MESSAGES = 50_000  # the feeder keeps at most this many messages waiting
+LATENCY_RECORD_LIMIT = 200_000  # beyond this, records go to /dev/null (memory runs)
+POLL_SECONDS = 0.002
+RSS_SAMPLE_SECONDS = 0.25
+
+
+@dataclass
+class PhaseResult:
+    """One phase's drain: throughput, latency from publish to record, and memory."""
+
+    phase: str
+    messages: int
+    seconds: float
+    msgs_per_s: float
+    us_per_msg: float
+    p50_latency_ms: float | None
+    p99_latency_ms: float | None
+    peak_rss_mb: float
+    rss_samples_mb: list[float] = field(default_factory=list, repr=False)
+
+
+def sample_messages(count: int, *, seed: int = 7) -> Iterator[dict[str, Any]]:
+    """Realistic, varied AttributionResults: ~85% unique valid, ~8% repeats of earlier inputs
+    (some judged differently: conflicts), ~5% metric-invalid, ~2% schema-invalid."""
+    rng = random.Random(seed)
+    claims = [f"claim-{n}" for n in range(12)]
+    produced: list[dict[str, Any]] = []
+    for index in range(count):
+        roll = rng.random()
+        if roll < 0.08 and produced:
+            message = dict(rng.choice(produced))
+            if rng.random() < 0.25:
+                required = message["required_claim_ids"]
+                message["supported_claim_ids"] = required[: rng.randint(0, len(required))]
+        else:
+            required = rng.sample(claims, rng.randint(2, 8))
+            supported = required[: rng.randint(0, len(required))]
+            message = {
+                "schema_version": 1,
+                "case_id": f"bench-{index}",
+                "contract_version": rng.choice(["support-faq/2026-10", "payments/2026-11"]),
+                "required_claim_ids": required,
+                "supported_claim_ids": supported,
+                "answer": f"Answer {index}: " + " ".join(rng.choices(claims, k=40)),
+                "contexts": [
+                    {"document_id": f"doc-{rng.randint(0, 999)}", "text": "passage " * 60}
+                    for _ in range(3)
+                ],
+                "grader": {
+                    "name": "claim-attributor",
+                    "version": "3.2.0",
+                    "model": "gpt-4o-mini",
+                    "prompt": "Say which required claims the contexts support.",
+                    "params": {"temperature": 0.0},
+                },
+            }
+            if roll > 0.98:
+                message["unexpected_field"] = True
+            elif roll > 0.93:
+                message["supported_claim_ids"] = [*supported, "claim-from-old-set"]
+            produced.append(message)
+        message = {**message, "case_id": f"bench-{index}"}
+        yield message
+
+
+class Rss:
+    """Resident memory of a process and its children, from /proc (Linux)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def _pids(self) -> list[int]:
+        pids, pending = [], [self.pid]
+        while pending:
+            pid = pending.pop()
+            pids.append(pid)
+            try:
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                continue
+            pending.extend(int(child) for child in children)
+        return pids
+
+    def mb(self) -> float:
+        total_kb = 0
+        for pid in self._pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total_kb += int(line.split()[1])
+            except OSError:
+                continue
+        return total_kb / 1024
+
+
+@dataclass
+class BenchConfig:
+    """What one bench run measures, and how the worker under test is started."""
+
+    messages: int = 20_000
+    batch_size: int = 100
+    repeat: int = 1
+    pool: str = "prefork"
+    concurrency: int = 2
+    broker_url: str = DEFAULT_BENCH_BROKER
+    phases: tuple[str, ...] = PHASES
+
+
+class Bench:
+    """Runs the phases against one broker/store, cleaning up its queues and keys after."""
+
+    def __init__(self, config: BenchConfig, *, progress: Callable[[str], None]) -> None:
+        self.config = config
+        self.progress = progress
+        self.run_id = uuid.uuid4().hex[:8]
+        self.prefix = f"bench-{self.run_id}"
+        self.settings = Settings(broker_url=config.broker_url, key_prefix=self.prefix)
+        self.app = create_app(self.settings)
+        self.messages = list(sample_messages(min(config.messages, MAX_QUEUED_MESSAGES)))
+        self.published_at: dict[str, float] = {}
+        self._redis = (
+            redis.Redis.from_url(config.broker_url)
+            if config.broker_url.startswith(("redis://", "rediss://"))
+            else None
+        )
+
+    def run(self) -> list[PhaseResult]:
+        results = []
+        try:
+            for repetition in range(1, self.config.repeat + 1):
+                for phase in self.config.phases:
+                    self.progress(f"bench: {phase} run {repetition}/{self.config.repeat}")
+                    results.append(self._phase(phase, f"{self.prefix}-{phase}-{repetition}"))
+        finally:
+            self._cleanup()
+        return results
+
+    def _payloads(self, phase: str, start: int, count: int) -> Iterator[Any]:
+        """`count` messages from position `start`, stamped with produced_at = now."""
+        pool = self.messages
+        if phase == "batch":
+            size = self.config.batch_size
+            for offset in range(start, start + count, size):
+                n = min(size, start + count - offset)
+                yield [self._stamped(pool, offset + i) for i in range(n)]
+            return
+        for index in range(start, start + count):
+            yield self._stamped(pool, index)
+
+    def _stamped(self, pool: list[dict[str, Any]], index: int) -> dict[str, Any]:
+        case_id = f"bench-{index}"
+        now = time.time()
+        if len(self.published_at) < LATENCY_RECORD_LIMIT:
+            self.published_at[case_id] = now
+        produced_at = datetime.fromtimestamp(now, UTC).isoformat()
+        return {**pool[index % len(pool)], "case_id": case_id, "produced_at": produced_at}
+
+    def _publish(self, phase: str, queue: str, start: int, count: int) -> None:
+        with self.app.producer_or_acquire() as producer:
+            for payload in self._payloads(phase, start, count):
+                self.app.send_task(TASKS[phase], args=[payload], queue=queue, producer=producer)
+
+    def _queue_size(self, queue: str) -> int:
+        """Tasks waiting in `queue` (unacked ones not included)."""
+        if self._redis is not None:
+            # kombu keeps a Redis queue as a list named after it (we publish no priorities).
+            return int(self._redis.llen(queue))
+        with self.app.connection_for_read() as connection:
+            try:
+                return int(connection.default_channel.queue_declare(queue=queue, passive=True)[1])
+            except connection.channel_errors:
+                return 0
+
+    def _phase(self, phase: str, queue: str) -> PhaseResult:
+        total = self.config.messages
+        prefill = min(total, MAX_QUEUED_MESSAGES)
+        self._publish(phase, queue, 0, prefill)
+        keep_records = total <= LATENCY_RECORD_LIMIT and phase != "noop"
+        with tempfile.NamedTemporaryFile("w+b", suffix=".jsonl", delete=False) as out:
+            records_path = Path(out.name)
+        worker = self._start_worker(queue, records_path if keep_records else None)
+        rss = Rss(worker.pid)
+        samples: list[float] = []
+        try:
+            feeder = self._feeder(phase, queue, prefill, total)
+            started, finished = self._drain(queue, phase, total, rss, samples)
+            if feeder is not None:
+                feeder.join()
+        finally:
+            self._stop_worker(worker)
+        seconds = max(finished - started, 1e-9)
+        latencies = self._latencies(records_path) if keep_records else []
+        records_path.unlink(missing_ok=True)
+        return PhaseResult(
+            phase=phase,
+            messages=total,
+            seconds=round(seconds, 3),
+            msgs_per_s=round(total / seconds, 1),
+            us_per_msg=round(seconds / total * 1e6, 1),
+            p50_latency_ms=_percentile(latencies, 50),
+            p99_latency_ms=_percentile(latencies, 99),
+            peak_rss_mb=round(max(samples, default=0.0), 1),
+            rss_samples_mb=[round(sample, 1) for sample in samples],
+        )
+
+    def _feeder(self, phase: str, queue: str, sent: int, total: int) -> threading.Thread | None:
+        """For runs larger than the queue cap: top the queue up while the worker drains it."""
+        if sent >= total:
+            return None
+
+        def feed() -> None:
+            position = sent
+            step = MAX_QUEUED_MESSAGES // 5
+            per_task = self.config.batch_size if phase == "batch" else 1
+            while position < total:
+                if self._queue_size(queue) * per_task < MAX_QUEUED_MESSAGES - step:
+                    count = min(step, total - position)
+                    self._publish(phase, queue, position, count)
+                    position += count
+                else:
+                    time.sleep(0.05)
+
+        thread = threading.Thread(target=feed, name="bench-feeder", daemon=True)
+        thread.start()
+        return thread
+
+    def _drain(
+        self, queue: str, phase: str, total: int, rss: Rss, samples: list[float]
+    ) -> tuple[float, float]:
+        """(first take, last ack): from the queue shrinking to it and the unacked set emptying."""
+        client = self._redis
+        initial = self._queue_size(queue)
+        started: float | None = None
+        next_sample = 0.0
+        deadline = time.monotonic() + max(120.0, total / 50)
+        last_report = time.monotonic()
+        while time.monotonic() < deadline:
+            size = self._queue_size(queue)
+            now = time.monotonic()
+            if started is None and size < initial:
+                started = now
+            if now >= next_sample:
+                samples.append(rss.mb())
+                next_sample = now + RSS_SAMPLE_SECONDS
+            if now - last_report > 2.0:
+                self.progress(f"bench: {phase}: {size} tasks queued")
+                last_report = now
+            if started is not None and size == 0 and (client is None or not client.hlen("unacked")):
+                return started, time.monotonic()
+            time.sleep(POLL_SECONDS)
+        raise TimeoutError(f"bench: {phase} did not drain in time")
+
+    def _start_worker(self, queue: str, records: Path | None) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "EVIDENCE_BROKER_URL": self.config.broker_url,
+            "EVIDENCE_KEY_PREFIX": self.prefix,
+            "EVIDENCE_QUEUE": queue,
+            "EVIDENCE_LOG_FORMAT": "json",
+        }
+        env.pop("EVIDENCE_ALERT_WEBHOOK_URL", None)
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "worker.app",
+            "--quiet",
+            "worker",
+            "--queues",
+            queue,
+            "--pool",
+            self.config.pool,
+            "--concurrency",
+            str(self.config.concurrency),
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel",
+            "WARNING",
+        ]
+        stdout = records.open("wb") if records else subprocess.DEVNULL
+        return subprocess.Popen(
+            command, env=env, stdout=stdout, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+
+    @staticmethod
+    def _stop_worker(worker: subprocess.Popen[bytes]) -> None:
+        try:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+
+    def _latencies(self, records: Path) -> list[float]:
+        """Milliseconds from publish to the record's timestamp, per message."""
+        latencies: list[float] = []
+        for line in records.read_bytes().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # not a record line
+            published = self.published_at.get(record.get("case_id") or "")
+            if published is None or not record.get("event", "").startswith("evidence_coverage."):
+                continue
+            recorded = datetime.fromisoformat(record["timestamp"]).timestamp()
+            latencies.append((recorded - published) * 1000)
+        self.published_at.clear()
+        return latencies
+
+    def _cleanup(self) -> None:
+        client = self._redis
+        if client is None:
+            return
+        keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
+        keys += list(client.scan_iter(match=f"*{self.prefix}*", count=1000))
+        if keys:
+            client.delete(*set(keys))
+
+
+def _percentile(values: list[float], pct: int) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))
+    return round(ordered[index], 2)
+
+
+def rss_growth_pct(samples: list[float]) -> float | None:
+    """Growth from the steady state (after the first 10% of samples) to the end."""
+    if len(samples) < 10:
+        return None
+    steady = samples[len(samples) // 10]
+    return round((samples[-1] - steady) / steady * 100, 1) if steady else None
+
+
+def summarize(results: list[PhaseResult]) -> dict[str, Any]:
+    """Medians over repeats (min/max beside them) and the ratios the targets are stated in."""
+    by_phase: dict[str, list[PhaseResult]] = {}
+    for result in results:
+        by_phase.setdefault(result.phase, []).append(result)
+    summary: dict[str, Any] = {}
+    for phase, runs in by_phase.items():
+        rates = [run.msgs_per_s for run in runs]
+        summary[f"{phase}_msgs_per_s"] = round(statistics.median(rates), 1)
+        summary[f"{phase}_msgs_per_s_min"] = min(rates)
+        summary[f"{phase}_msgs_per_s_max"] = max(rates)
+        summary[f"{phase}_us_per_msg"] = round(1e6 / statistics.median(rates), 1)
+        summary[f"{phase}_p50_latency_ms"] = runs[-1].p50_latency_ms
+        summary[f"{phase}_p99_latency_ms"] = runs[-1].p99_latency_ms
+        summary[f"{phase}_peak_rss_mb"] = max(run.peak_rss_mb for run in runs)
+    if "noop_msgs_per_s" in summary and "score_msgs_per_s" in summary:
+        summary["ratio_score_to_noop"] = round(
+            summary["score_msgs_per_s"] / summary["noop_msgs_per_s"], 3
+        )
+    if "score_msgs_per_s" in summary and "batch_msgs_per_s" in summary:
+        summary["ratio_batch_to_score"] = round(
+            summary["batch_msgs_per_s"] / summary["score_msgs_per_s"], 3
+        )
+    summary["peak_rss_mb"] = max(run.peak_rss_mb for run in results)
+    batch_runs = by_phase.get("batch")
+    if batch_runs:
+        summary["batch_rss_growth_pct"] = rss_growth_pct(batch_runs[-1].rss_samples_mb)
+    summary["runs"] = [
+        {key: value for key, value in asdict(run).items() if key != "rss_samples_mb"}
+        for run in results
+    ]
+    return summary
