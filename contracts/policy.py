@@ -96,20 +96,21 @@ def parse_policy(text: str, *, source: str = "policy file") -> Policy:
         raise PolicyError(f"{source}: {_first_error(error)}") from None
 
 
-def policy_from_threshold(raw: str) -> Policy:
-    """MIN_EVIDENCE_COVERAGE=<raw> as a one-group policy versioned env:<raw>."""
+def policy_from_threshold(
+    raw: str, *, name: str = "MIN_EVIDENCE_COVERAGE", origin: str = "env"
+) -> Policy:
+    """A threshold as a one-group policy versioned <origin>:<raw> (env:0.85 from the
+    environment); errors name the variable or option the value came from."""
     try:
         value = float(raw)
     except ValueError:
-        raise PolicyError(
-            f"MIN_EVIDENCE_COVERAGE={raw!r} is not a number; set a value in 0.0..1.0"
-        ) from None
+        raise PolicyError(f"{name}={raw!r} is not a number; set a value in 0.0..1.0") from None
     if not math.isfinite(value):
-        raise PolicyError(f"MIN_EVIDENCE_COVERAGE={raw!r} is not a finite number in 0.0..1.0")
+        raise PolicyError(f"{name}={raw!r} is not a finite number in 0.0..1.0")
     if not 0.0 <= value <= 1.0:
-        raise PolicyError(f"MIN_EVIDENCE_COVERAGE={raw!r} is outside 0.0..1.0")
+        raise PolicyError(f"{name}={raw!r} is outside 0.0..1.0")
     # The version names the value as configured, minus surrounding whitespace.
-    version = f"env:{raw.strip()}"
+    version = f"{origin}:{raw.strip()}"
     return Policy(version=version, groups={DEFAULT_GROUP: PolicyGroup(min_coverage=value)})
 
 

@@ -278,7 +278,7 @@ class Bench:
             now = time.monotonic()
             if started is None and size < initial:
                 started = now
-            if now >= next_sample:
+            if started is not None and now >= next_sample:  # steady state only, not start-up
                 samples.append(rss.mb())
                 next_sample = now + RSS_SAMPLE_SECONDS
             if now - last_report > 2.0:

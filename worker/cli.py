@@ -31,6 +31,17 @@ class HelpfulParser(argparse.ArgumentParser):
         self.exit(INVALID, f"{self.prog}: error: {message}\n")
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _add_policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
@@ -41,7 +52,8 @@ def _add_policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-coverage",
         metavar="X",
-        help="one-group policy with this threshold (default: $MIN_EVIDENCE_COVERAGE)",
+        help="one-group policy with this threshold, versioned cli:X "
+        "(default: $MIN_EVIDENCE_COVERAGE, versioned env:X)",
     )
 
 
@@ -89,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         "alerts", help="list nondeterminism alerts (exit 3 when there are any)"
     )
     alerts.add_argument("--store", metavar="URL", help="as for score")
-    alerts.add_argument("--limit", type=int, default=100, help="newest N alerts (default 100)")
+    alerts.add_argument(
+        "--limit", type=positive_int, default=100, help="newest N alerts (default 100)"
+    )
 
     publish = commands.add_parser(
         "publish",
@@ -150,7 +164,7 @@ def resolve_policy(
             ) from None
         return parse_policy(text, source=f"policy file {args.policy}")
     if args.min_coverage is not None:
-        return policy_from_threshold(args.min_coverage)
+        return policy_from_threshold(args.min_coverage, name="--min-coverage", origin="cli")
     return settings.load_policy(required=required)
 
 

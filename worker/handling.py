@@ -16,18 +16,40 @@ from worker.stores import DeadLetter, ResultStore
 Body = object  # str | bytes | a decoded JSON value; anything else is rejected, not raised
 
 
+def storable(text: str) -> str:
+    """Lone surrogates (legal JSON escapes, not Unicode) as \\udXXX text: stores keep UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def body_text(body: Body) -> str:
     """The body as kept in the dead-letter store: whole, decoded leniently."""
     if isinstance(body, bytes):
         return body.decode("utf-8", "replace").rstrip("\n")
     if isinstance(body, str):
-        return body.rstrip("\n")
+        return storable(body.rstrip("\n"))
     import json
 
     try:
-        return json.dumps(body, ensure_ascii=False, default=repr)
+        return storable(json.dumps(body, ensure_ascii=False, default=repr))
     except (TypeError, ValueError, RecursionError):
-        return repr(body)
+        return storable(repr(body))
+
+
+def check_storable_ids(message: AttributionResult) -> None:
+    """Raise InputError when an ID the store keeps (as UTF-8) holds a lone surrogate.
+
+    Checked before scoring: otherwise the store write fails after the metric ran, and the
+    message would end with a traceback instead of a record. Answer and context text may
+    hold them: they are only hashed, never stored.
+    """
+    for name in ("case_id", "required_claim_ids", "supported_claim_ids"):
+        value = getattr(message, name)
+        try:
+            (value if isinstance(value, str) else "\n".join(value)).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                f"{name} contains a lone surrogate: IDs must be valid Unicode"
+            ) from None
 
 
 def handle(
@@ -44,16 +66,19 @@ def handle(
     for body, delivery in bodies:
         try:
             parsed = parse_message(body, max_bytes=max_message_bytes)  # type: ignore[arg-type]
+            check_storable_ids(parsed)
         except InputError as error:
+            # A field name in the error (an unknown key) may itself hold a lone surrogate.
+            reason = storable(str(error))
             store.dead_letter(
                 DeadLetter(
                     received_at=clock(),
-                    error=str(error),
+                    error=reason,
                     body=body_text(body),
                     task_id=delivery.task_id,
                 )
             )
-            record = rejected(str(error), body=body, policy=policy, delivery=delivery)
+            record = rejected(reason, body=body, policy=policy, delivery=delivery)
             slots.append(Processed(record=record))
             continue
         valid.append((parsed, delivery))

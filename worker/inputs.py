@@ -8,6 +8,8 @@ from pathlib import Path
 
 from worker.errors import InputError
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
 
 def read_jsonl(path: str) -> Iterator[tuple[int, bytes]]:
     """Yield (1-based line number, line bytes) for non-blank lines of PATH, or stdin for '-'.
@@ -30,7 +32,9 @@ def read_jsonl(path: str) -> Iterator[tuple[int, bytes]]:
 
 
 def _numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
-    for number, line in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
+        # A leading BOM (editors on Windows like to add one) is not part of the first row.
+        line = raw.removeprefix(UTF8_BOM) if number == 1 else raw
         if line.strip():
             # The terminator is not part of the message: without it a truncated line's
             # parse error points into that line ("column 26"), not at "line 2 column 0".

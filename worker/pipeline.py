@@ -81,13 +81,24 @@ def parse_message(body: str | bytes | Mapping[str, Any], *, max_bytes: int) -> A
         try:
             return AttributionResult.model_validate_json(body)
         except ValidationError as error:
-            raise InputError(describe_validation_error(error)) from None
+            raise InputError(not_utf8(body) or describe_validation_error(error)) from None
     if not isinstance(body, Mapping):
         raise InputError(f"message must be a JSON object, got {type(body).__name__}")
     try:
         return AttributionResult.model_validate(body)
     except ValidationError as error:
         raise InputError(describe_validation_error(error)) from None
+
+
+def not_utf8(body: str | bytes) -> str | None:
+    """Say so when bytes are not UTF-8: clearer than the JSON parser's code-point complaint."""
+    if not isinstance(body, bytes):
+        return None
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"message is not valid UTF-8 ({error.reason} at byte {error.start})"
+    return None
 
 
 def case_id_of(body: object) -> str | None:

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from contracts import AttributionResult, Outcome, Policy, ReleaseRow, decide, score_claims
+from contracts import AttributionResult, Outcome, Policy, ReleaseRow, decide
+from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
 from worker.errors import InputError
 from worker.logging import emit_alert, emit_record
@@ -22,6 +23,7 @@ from worker.pipeline import (
     Processed,
     case_id_of,
     describe_validation_error,
+    not_utf8,
     parse_message,
     process_many,
     rejected,
@@ -174,7 +176,7 @@ def gate_row(number: int, body: bytes, policy: Policy) -> dict[str, Any]:
             "status": "invalid",
             "value": None,
             "score": None,
-            "reason": describe_validation_error(error),
+            "reason": not_utf8(body) or describe_validation_error(error),
             "threshold": None,
             "policy_version": policy.version,
             "policy_group": None,
@@ -182,9 +184,9 @@ def gate_row(number: int, body: bytes, policy: Policy) -> dict[str, Any]:
             "blocking": None,
             "owner": INVALID_OWNER,
         }
-    result = score_claims(row.required_claim_ids, row.supported_claim_ids)
+    value, reason = score_pair(row.required_claim_ids, row.supported_claim_ids)
     decision = decide(
-        Outcome(value=result.value, reason=result.reason),
+        Outcome(value=value, reason=reason),
         policy,
         policy_group=row.policy_group,
         blocking=row.blocking,

@@ -116,7 +116,8 @@ BOTH_RULES = "policy file: groups.default: set only one of min_coverage or requi
         ),
         pytest.param(
             GROUP + "require_all = false\n",
-            "policy file: groups.default.require_all: must be true (for a threshold use min_coverage instead)",
+            "policy file: groups.default.require_all: "
+            "must be true (for a threshold use min_coverage instead)",
             id="require_all-false",
         ),
         pytest.param(

@@ -39,6 +39,6 @@ def open_store(url: str, settings: Settings) -> ResultStore:
         )
     scheme = url.split(":", 1)[0] if ":" in url else url
     raise ConfigurationError(
-        f"unknown store scheme {scheme!r} in EVIDENCE_STORE_URL: "
+        f"unknown store scheme {scheme!r} in store URL (EVIDENCE_STORE_URL or --store): "
         "use sqlite:///path/to.db or redis://host:port/db"
     )
