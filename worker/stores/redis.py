@@ -9,6 +9,7 @@ from typing import Any, TypeVar, cast
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from contracts import Alert, Attempt, Outcome
 from worker.errors import TransientError
@@ -99,25 +100,18 @@ class RedisStore:
             return []
         attempts_json = [attempt.model_dump_json() for _, attempt in items]
 
-        def run() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            for (input_hash, attempt), attempt_json in zip(items, attempts_json, strict=True):
-                self._record(
-                    keys=[
-                        outcome_key(self.prefix, input_hash),
-                        attempts_key(self.prefix, input_hash),
-                    ],
-                    args=[
-                        attempt_json,
-                        outcome_json(attempt.outcome),
-                        self.max_attempts_per_hash,
-                        self.ttl_seconds,
-                    ],
-                    client=pipe,
-                )
-            return pipe.execute()
-
-        replies = self._call(run)
+        calls = [
+            (
+                outcome_key(self.prefix, input_hash),
+                attempts_key(self.prefix, input_hash),
+                attempt_json,
+                outcome_json(attempt.outcome),
+                self.max_attempts_per_hash,
+                self.ttl_seconds,
+            )
+            for (input_hash, attempt), attempt_json in zip(items, attempts_json, strict=True)
+        ]
+        replies = self._call(lambda: self._evalsha_all(calls))
         results = [
             self._recorded(input_hash, attempt, reply, now)
             for (input_hash, attempt), reply in zip(items, replies, strict=True)
@@ -126,6 +120,31 @@ class RedisStore:
         if alerts:
             self._call(lambda: self._add_alerts(alerts))
         return results
+
+    def _evalsha_all(self, calls: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """EVALSHA each call in one pipeline. redis-py's Script in a pipeline would first ask
+        SCRIPT EXISTS on every execute (a second round trip); we load only on NOSCRIPT and
+        re-run just the calls that failed, so no attempt is ever recorded twice."""
+        replies: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for index in pending:
+                pipe.evalsha(self._record.sha, 2, *calls[index])
+            results = pipe.execute(raise_on_error=False)
+            missing = []
+            for index, result in zip(pending, results, strict=True):
+                if isinstance(result, NoScriptError):
+                    missing.append(index)
+                elif isinstance(result, Exception):
+                    raise result
+                else:
+                    replies[index] = result
+            if not missing:
+                return replies
+            self.client.script_load(RECORD_LUA)
+            pending = missing
+        raise TransientError("Redis keeps forgetting the record script (SCRIPT FLUSH loop?)")
 
     @staticmethod
     def _recorded(input_hash: str, attempt: Attempt, reply: list[bytes], now: datetime) -> Recorded:
