@@ -53,8 +53,11 @@ def classify(first: Attempt, attempt: Attempt) -> CacheOutcome:
 class ResultStore(Protocol):
     """First-writer-wins outcomes, attempts, alerts and dead letters.
 
-    record() is atomic: of several writers racing on one new hash exactly one sees `miss`,
-    and a conflict's alert is stored in the same transaction as its attempt.
+    record() is atomic: of several writers racing on one new hash exactly one sees `miss`.
+    A conflict's alert is appended to the alert log in the same transaction (SQLite) or in
+    the call right after (Redis, whose global stream cannot share a Cluster slot with the
+    hash's keys); a crash in between leaves the message unacknowledged, so its redelivery
+    conflicts again and raises the alert then.
     """
 
     def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded: ...

@@ -1,0 +1,615 @@
+"""One suite over every ResultStore: SQLite, Redis through fakeredis, and a real Redis server."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+
+from contracts import Alert, Attempt
+from tests.conftest import FIXED_NOW
+from worker.errors import ConfigurationError
+from worker.settings import Settings
+from worker.stores import DeadLetter, History, Recorded, ResultStore, open_store
+from worker.stores.keys import attempts_key, outcome_key
+from worker.stores.redis import RedisStore
+from worker.stores.sqlite import SQLiteStore
+
+HASH = "a" * 64
+OTHER_HASH = "b" * 64
+TWO_THIRDS = 2 / 3
+TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
+ONE_THIRD_REASON = "supported=1; required=3; missing=refund-method,support-channel"
+UNKNOWN_REASON = (
+    "Error executing metric evidence_coverage: supported_claim_ids contains unknown IDs: old-c1"
+)
+
+StoreFactory = Callable[..., ResultStore]
+
+
+def attempt(
+    n: int = 1,
+    *,
+    value: float | None = TWO_THIRDS,
+    reason: str = TWO_THIRDS_REASON,
+    recorded_at: datetime = FIXED_NOW,
+) -> Attempt:
+    """Attempt number n: its own case and task IDs, the given outcome."""
+    return Attempt(
+        case_id=f"refund-{n:03d}",
+        task_id=f"task-{n}",
+        required_claim_ids=["refund-window", "refund-method", "support-channel"],
+        supported_claim_ids=["refund-window", "support-channel"],
+        value=value,
+        reason=reason,
+        recorded_at=recorded_at,
+        metric_version="evidence_coverage/1",
+        ragas_version="0.4.3",
+        worker_version="0.1.0",
+    )
+
+
+def build_store(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, **options: Any
+) -> ResultStore:
+    """A fresh, empty store of one kind; Redis kinds get a prefix of their own."""
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "s.sqlite3", **options)
+    if kind == "fakeredis":
+        client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+        return RedisStore(client, prefix="test-fake", **options)
+    redis_url = request.getfixturevalue("redis_url")
+    key_prefix = request.getfixturevalue("key_prefix")
+    return RedisStore.from_url(redis_url, prefix=key_prefix, **options)
+
+
+@contextlib.contextmanager
+def store_factory(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[StoreFactory]:
+    """Build stores of one kind with options; close every one of them afterwards."""
+    opened: list[ResultStore] = []
+
+    def make(**options: Any) -> ResultStore:
+        store = build_store(kind, request, tmp_path, **options)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """Every store kind in turn, built with keyword options (max_attempts_per_hash, ttl...)."""
+    with store_factory(request.param, request, tmp_path) as make:
+        yield make
+
+
+@pytest.fixture(params=["fakeredis", "redis"])
+def make_redis_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """The Redis-backed store kinds only, for checks on Redis keys."""
+    with store_factory(request.param, request, tmp_path) as make:
+        yield make
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> ResultStore:
+    """A store of the current kind with default options."""
+    return make_store()
+
+
+# --- record: miss, hit, conflict -------------------------------------------------------------
+
+
+def test_first_record_of_a_hash_is_a_miss_with_itself_as_first(store: ResultStore) -> None:
+    """The first attempt under a hash is a miss and is the canonical first attempt."""
+    first = attempt(1)
+
+    assert store.record(HASH, first, now=FIXED_NOW) == Recorded(cache="miss", first=first)
+
+
+def test_same_outcome_again_is_a_hit_returning_the_original_first(store: ResultStore) -> None:
+    """A later attempt with the same (value, reason) is a hit whose first is the original."""
+    first = attempt(1)
+    store.record(HASH, first, now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2), now=FIXED_NOW)
+
+    assert recorded == Recorded(cache="hit", first=first)
+    assert recorded.first.case_id == "refund-001"
+    assert recorded.first.task_id == "task-1"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        pytest.param(0.5, TWO_THIRDS_REASON, id="value-only"),
+        pytest.param(TWO_THIRDS, "supported=2; required=3; missing=other", id="reason-only"),
+        pytest.param(1 / 3, ONE_THIRD_REASON, id="both"),
+    ],
+)
+def test_different_outcome_is_a_conflict_with_a_kept_first_alert(
+    store: ResultStore, value: float, reason: str
+) -> None:
+    """A different value or a different reason alone is a conflict naming both attempts."""
+    first = attempt(1)
+    observed = attempt(2, value=value, reason=reason)
+    store.record(HASH, first, now=FIXED_NOW)
+
+    recorded = store.record(HASH, observed, now=FIXED_NOW + timedelta(seconds=5))
+
+    alert = Alert(
+        input_hash=HASH,
+        decision="kept_first",
+        first=first,
+        observed=observed,
+        raised_at=FIXED_NOW + timedelta(seconds=5),
+    )
+    assert recorded == Recorded(cache="conflict", first=first, alert=alert)
+
+
+def test_conflict_alert_is_listed_by_alerts(store: ResultStore) -> None:
+    """The alert a conflict returns is the one alerts() lists afterwards."""
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2, value=0.5), now=FIXED_NOW)
+
+    assert store.alerts() == [recorded.alert]
+
+
+def test_hit_raises_no_alert(store: ResultStore) -> None:
+    """A confirmation carries no alert and adds none to the alert stream."""
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2), now=FIXED_NOW)
+
+    assert recorded.alert is None
+    assert store.alerts() == []
+
+
+def test_attempt_equal_to_first_after_a_conflict_is_a_hit(store: ResultStore) -> None:
+    """A conflict never replaces the first: a third attempt equal to the first is a hit."""
+    first = attempt(1)
+    store.record(HASH, first, now=FIXED_NOW)
+    store.record(HASH, attempt(2, value=0.5), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(3), now=FIXED_NOW)
+
+    assert recorded == Recorded(cache="hit", first=first)
+
+
+def test_attempt_equal_to_the_conflicting_one_is_another_conflict(store: ResultStore) -> None:
+    """Agreeing with an earlier conflicting attempt is still a conflict with the first."""
+    first = attempt(1)
+    store.record(HASH, first, now=FIXED_NOW)
+    store.record(HASH, attempt(2, value=0.5), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(3, value=0.5), now=FIXED_NOW)
+
+    assert recorded.cache == "conflict"
+    assert recorded.first == first
+    assert len(store.alerts()) == 2
+
+
+def test_outcomes_of_different_hashes_are_independent(store: ResultStore) -> None:
+    """A different outcome under another hash is a miss there, not a conflict."""
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+
+    recorded = store.record(OTHER_HASH, attempt(2, value=0.5), now=FIXED_NOW)
+
+    assert recorded.cache == "miss"
+    assert store.alerts() == []
+
+
+# --- outcomes compare exactly --------------------------------------------------------------
+
+
+def test_invalid_outcomes_with_the_same_reason_are_a_hit(store: ResultStore) -> None:
+    """Two invalid rows (value None) with the same reason agree like any outcome."""
+    first = attempt(1, value=None, reason=UNKNOWN_REASON)
+    store.record(HASH, first, now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2, value=None, reason=UNKNOWN_REASON), now=FIXED_NOW)
+
+    assert recorded == Recorded(cache="hit", first=first)
+
+
+@pytest.mark.parametrize(
+    ("first_value", "later_value"),
+    [pytest.param(None, 0.0, id="none-then-zero"), pytest.param(0.0, None, id="zero-then-none")],
+)
+def test_none_and_zero_are_never_equal(
+    store: ResultStore, first_value: float | None, later_value: float | None
+) -> None:
+    """An invalid row (None) and a zero score with the same reason are a conflict."""
+    store.record(HASH, attempt(1, value=first_value, reason="same"), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2, value=later_value, reason="same"), now=FIXED_NOW)
+
+    assert recorded.cache == "conflict"
+    assert recorded.first.value == first_value
+
+
+def test_invalid_outcomes_with_different_reasons_are_a_conflict(store: ResultStore) -> None:
+    """Two invalid rows for different reasons disagree."""
+    store.record(HASH, attempt(1, value=None, reason=UNKNOWN_REASON), now=FIXED_NOW)
+
+    recorded = store.record(
+        HASH, attempt(2, value=None, reason="required_claim_ids must not be empty"), now=FIXED_NOW
+    )
+
+    assert recorded.cache == "conflict"
+
+
+def test_float_values_round_trip_exactly(store: ResultStore) -> None:
+    """A value like 2/3 comes back bit-for-bit from history and the next attempt's first."""
+    store.record(HASH, attempt(1, value=2 / 3), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2, value=2 / 3), now=FIXED_NOW)
+    history = store.history(HASH)
+
+    assert recorded.cache == "hit"
+    assert recorded.first.value == 2 / 3
+    assert history is not None
+    assert [a.value for a in history.attempts] == [2 / 3, 2 / 3]
+    assert history.first.value == 2 / 3
+
+
+def test_floats_one_bit_apart_are_a_conflict(store: ResultStore) -> None:
+    """Outcomes compare exactly: the next float after 2/3 is a different value."""
+    store.record(HASH, attempt(1, value=2 / 3), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2, value=0.6666666666666667), now=FIXED_NOW)
+
+    assert 0.6666666666666667 != 2 / 3
+    assert recorded.cache == "conflict"
+
+
+def test_non_ascii_reasons_compare_and_round_trip(store: ResultStore) -> None:
+    """A reason with non-ASCII text is stored verbatim and confirms itself."""
+    reason = "supported=1; required=2; missing=réf-ünïcode"
+    first = attempt(1, value=0.5, reason=reason)
+    store.record(HASH, first, now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2, value=0.5, reason=reason), now=FIXED_NOW)
+
+    assert recorded == Recorded(cache="hit", first=first)
+
+
+# --- history ---------------------------------------------------------------------------------
+
+
+def test_history_returns_first_attempts_in_order_and_total(store: ResultStore) -> None:
+    """history() gives the first attempt, every attempt oldest first, and the count."""
+    attempts = [attempt(1), attempt(2), attempt(3, value=0.5), attempt(4)]
+    for each in attempts:
+        store.record(HASH, each, now=FIXED_NOW)
+
+    assert store.history(HASH) == History(
+        input_hash=HASH, first=attempts[0], attempts=attempts, total_attempts=4, expires_at=None
+    )
+
+
+def test_history_of_unknown_hash_is_none(store: ResultStore) -> None:
+    """A hash never recorded has no history."""
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+
+    assert store.history(OTHER_HASH) is None
+
+
+def test_attempts_are_bounded_to_the_newest(make_store: StoreFactory) -> None:
+    """With a bound of 3, five attempts keep the newest 3, count 5, and the original first."""
+    store = make_store(max_attempts_per_hash=3)
+    attempts = [attempt(n) for n in range(1, 6)]
+    for each in attempts:
+        store.record(HASH, each, now=FIXED_NOW)
+
+    history = store.history(HASH)
+
+    assert history is not None
+    assert history.attempts == attempts[2:]
+    assert history.total_attempts == 5
+    assert history.first == attempts[0]
+
+
+def test_bound_does_not_change_cache_outcomes(make_store: StoreFactory) -> None:
+    """After the first attempt is trimmed from the list, a new attempt still compares to it."""
+    store = make_store(max_attempts_per_hash=3)
+    first = attempt(1)
+    for n in range(1, 6):
+        store.record(HASH, attempt(n, value=0.5) if n > 1 else first, now=FIXED_NOW)
+
+    assert store.record(HASH, attempt(6), now=FIXED_NOW) == Recorded(cache="hit", first=first)
+
+
+# --- alerts and dead letters -----------------------------------------------------------------
+
+
+def conflict(store: ResultStore, n: int) -> Alert:
+    """Record a conflict on a hash of its own and return its alert."""
+    input_hash = f"{n:064x}"
+    store.record(input_hash, attempt(n), now=FIXED_NOW)
+    recorded = store.record(input_hash, attempt(n + 100, value=0.5), now=FIXED_NOW)
+    assert recorded.alert is not None
+    return recorded.alert
+
+
+def test_alerts_are_listed_oldest_first(store: ResultStore) -> None:
+    """alerts() lists every alert in the order the conflicts happened."""
+    alerts = [conflict(store, n) for n in range(1, 5)]
+
+    assert store.alerts() == alerts
+
+
+def test_alerts_limit_keeps_the_newest(store: ResultStore) -> None:
+    """alerts(limit=N) gives the newest N alerts, still oldest first."""
+    alerts = [conflict(store, n) for n in range(1, 6)]
+
+    assert store.alerts(limit=2) == alerts[3:]
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_alerts_limit_below_one_is_empty(store: ResultStore, limit: int) -> None:
+    """alerts(limit=0) or a negative limit lists nothing, on every store alike."""
+    conflict(store, 1)
+
+    assert store.alerts(limit=limit) == []
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_dead_letters_limit_below_one_is_empty(store: ResultStore, limit: int) -> None:
+    """dead_letters(limit=0) or a negative limit lists nothing, on every store alike."""
+    store.dead_letter(letter(1))
+
+    assert store.dead_letters(limit=limit) == []
+
+
+def test_no_alerts_is_an_empty_list(store: ResultStore) -> None:
+    """A store without conflicts lists no alerts."""
+    assert store.alerts() == []
+
+
+def letter(n: int) -> DeadLetter:
+    return DeadLetter(
+        received_at=FIXED_NOW + timedelta(seconds=n),
+        error="schema: bogus: Extra inputs are not permitted",
+        body=f'{{"case_id": "junk-{n}", "bogus": "é"}}',
+        task_id=f"task-{n}" if n % 2 else None,
+    )
+
+
+def test_dead_letters_round_trip(store: ResultStore) -> None:
+    """dead_letters() returns every stored letter whole, oldest first."""
+    letters = [letter(n) for n in range(1, 4)]
+    for each in letters:
+        store.dead_letter(each)
+
+    assert store.dead_letters() == letters
+
+
+def test_dead_letters_limit_keeps_the_newest(store: ResultStore) -> None:
+    """dead_letters(limit=N) gives the newest N letters, still oldest first."""
+    letters = [letter(n) for n in range(1, 6)]
+    for each in letters:
+        store.dead_letter(each)
+
+    assert store.dead_letters(limit=2) == letters[3:]
+
+
+def test_no_dead_letters_is_an_empty_list(store: ResultStore) -> None:
+    """A store without rejected messages lists no dead letters."""
+    assert store.dead_letters() == []
+
+
+# --- record_many -----------------------------------------------------------------------------
+
+
+def test_record_many_same_new_hash_is_miss_then_hit(store: ResultStore) -> None:
+    """Two equal attempts under one new hash in one batch: the first a miss, the second a hit."""
+    first, second = attempt(1), attempt(2)
+
+    results = store.record_many([(HASH, first), (HASH, second)], now=FIXED_NOW)
+
+    assert results == [Recorded(cache="miss", first=first), Recorded(cache="hit", first=first)]
+
+
+def test_record_many_same_new_hash_is_miss_then_conflict(store: ResultStore) -> None:
+    """Two different attempts under one new hash in one batch: a miss, then a conflict."""
+    first, second = attempt(1), attempt(2, value=0.5)
+
+    results = store.record_many([(HASH, first), (HASH, second)], now=FIXED_NOW)
+
+    alert = Alert(input_hash=HASH, first=first, observed=second, raised_at=FIXED_NOW)
+    assert results == [
+        Recorded(cache="miss", first=first),
+        Recorded(cache="conflict", first=first, alert=alert),
+    ]
+    assert store.alerts() == [alert]
+
+
+def test_record_many_keeps_each_message_in_order(store: ResultStore) -> None:
+    """A batch over several hashes returns one result per item, in the items' order."""
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+    items = [
+        (OTHER_HASH, attempt(2)),
+        (HASH, attempt(3, value=0.5)),
+        (HASH, attempt(4)),
+        (OTHER_HASH, attempt(5)),
+    ]
+
+    results = store.record_many(items, now=FIXED_NOW)
+
+    assert [r.cache for r in results] == ["miss", "conflict", "hit", "hit"]
+    assert [r.first.case_id for r in results] == [
+        "refund-002",
+        "refund-001",
+        "refund-001",
+        "refund-002",
+    ]
+
+
+def test_record_many_history_matches_sequential_records(store: ResultStore) -> None:
+    """A batch stores every attempt in order, as the same records one by one would."""
+    attempts = [attempt(1), attempt(2, value=0.5), attempt(3)]
+
+    store.record_many([(HASH, each) for each in attempts], now=FIXED_NOW)
+
+    assert store.history(HASH) == History(
+        input_hash=HASH, first=attempts[0], attempts=attempts, total_attempts=3
+    )
+
+
+def test_record_many_of_nothing_is_empty(store: ResultStore) -> None:
+    """An empty batch records nothing and returns nothing."""
+    assert store.record_many([], now=FIXED_NOW) == []
+
+
+# --- TTL -------------------------------------------------------------------------------------
+
+
+def test_sqlite_outcome_expires_after_ttl(tmp_path: Path) -> None:
+    """With a 60 s TTL, an attempt 61 s after the first is a miss and becomes the new first."""
+    store = SQLiteStore(tmp_path / "s.sqlite3", ttl_seconds=60)
+    try:
+        store.record(HASH, attempt(1), now=FIXED_NOW)
+        later = attempt(2, value=0.5, recorded_at=FIXED_NOW + timedelta(seconds=61))
+
+        recorded = store.record(HASH, later, now=FIXED_NOW + timedelta(seconds=61))
+
+        assert recorded == Recorded(cache="miss", first=later)
+        assert store.history(HASH) == History(
+            input_hash=HASH,
+            first=later,
+            attempts=[later],
+            total_attempts=1,
+            expires_at=FIXED_NOW + timedelta(seconds=121),
+        )
+        assert store.alerts() == []
+    finally:
+        store.close()
+
+
+def test_sqlite_outcome_is_kept_until_ttl(tmp_path: Path) -> None:
+    """With a 60 s TTL, an attempt 59 s after the first still compares to the first."""
+    store = SQLiteStore(tmp_path / "s.sqlite3", ttl_seconds=60)
+    try:
+        first = attempt(1)
+        store.record(HASH, first, now=FIXED_NOW)
+
+        recorded = store.record(HASH, attempt(2), now=FIXED_NOW + timedelta(seconds=59))
+
+        assert recorded == Recorded(cache="hit", first=first)
+    finally:
+        store.close()
+
+
+def test_redis_outcome_keys_get_the_ttl(make_redis_store: StoreFactory) -> None:
+    """With ttl_seconds, the outcome and attempts keys expire within that many seconds."""
+    store = make_redis_store(ttl_seconds=60)
+    assert isinstance(store, RedisStore)
+
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+
+    assert 0 < store.client.ttl(outcome_key(store.prefix, HASH)) <= 60
+    assert 0 < store.client.ttl(attempts_key(store.prefix, HASH)) <= 60
+
+
+def test_redis_outcome_keys_are_kept_forever_without_ttl(make_redis_store: StoreFactory) -> None:
+    """Without ttl_seconds, the outcome key has no expiry (TTL -1)."""
+    store = make_redis_store()
+    assert isinstance(store, RedisStore)
+
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+
+    assert store.client.ttl(outcome_key(store.prefix, HASH)) == -1
+    assert store.client.ttl(attempts_key(store.prefix, HASH)) == -1
+
+
+def test_redis_history_reports_expiry(make_redis_store: StoreFactory) -> None:
+    """With ttl_seconds, history().expires_at is about ttl seconds from now, like SQLite's."""
+    store = make_redis_store(ttl_seconds=60)
+    before = datetime.now(UTC)
+
+    store.record(HASH, attempt(1), now=before)
+    history = store.history(HASH)
+
+    assert history is not None
+    assert history.expires_at is not None
+    assert before + timedelta(seconds=55) <= history.expires_at
+    assert history.expires_at <= datetime.now(UTC) + timedelta(seconds=60)
+
+
+# --- open_store ------------------------------------------------------------------------------
+
+
+def test_open_store_sqlite_url_gives_sqlite_store(tmp_path: Path) -> None:
+    """sqlite:///path opens the embedded store on that file."""
+    path = tmp_path / "opened.sqlite3"
+
+    store = open_store(f"sqlite:///{path}", Settings())
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert store.path == path
+        assert path.exists()
+    finally:
+        store.close()
+
+
+def test_open_store_passes_bound_and_ttl_from_settings(tmp_path: Path) -> None:
+    """The store gets max_attempts_per_hash and result_ttl_seconds from the settings."""
+    settings = Settings(max_attempts_per_hash=7, result_ttl_seconds=90)
+
+    store = open_store(f"sqlite:///{tmp_path / 's.sqlite3'}", settings)
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert store.max_attempts_per_hash == 7
+        assert store.ttl == timedelta(seconds=90)
+    finally:
+        store.close()
+
+
+def test_open_store_redis_url_gives_redis_store(redis_url: str) -> None:
+    """redis://... opens the shared store with the settings' key prefix."""
+    store = open_store(redis_url, Settings(key_prefix="test-open"))
+    try:
+        assert isinstance(store, RedisStore)
+        assert store.prefix == "test-open"
+        assert store.history(HASH) is None
+    finally:
+        store.close()
+
+
+def test_open_store_unknown_scheme_is_a_configuration_error() -> None:
+    """An unknown scheme is named in the error, which says which URLs to use."""
+    with pytest.raises(ConfigurationError) as raised:
+        open_store("postgres://x", Settings())
+
+    message = str(raised.value)
+    assert message.startswith("unknown store scheme 'postgres' in ")
+    assert "EVIDENCE_STORE_URL" in message
+    assert message.endswith(": use sqlite:///path/to.db or redis://host:port/db")
+
+
+def test_open_store_sqlite_without_path_is_a_configuration_error() -> None:
+    """sqlite:/// with no file is a configuration error, not a store in the working directory."""
+    with pytest.raises(ConfigurationError) as raised:
+        open_store("sqlite:///", Settings())
+
+    assert str(raised.value) == "store URL 'sqlite:///' names no file: use sqlite:///path/to.db"
+
+
+def test_open_store_unopenable_sqlite_file_is_a_configuration_error(tmp_path: Path) -> None:
+    """A SQLite path in a missing directory is a configuration error naming the file."""
+    path = tmp_path / "missing" / "s.sqlite3"
+
+    with pytest.raises(ConfigurationError) as raised:
+        open_store(f"sqlite:///{path}", Settings())
+
+    assert str(raised.value) == f"cannot open SQLite store {path}: unable to open database file"
