@@ -28,14 +28,11 @@ from typing import Any
 import redis
 
 from worker.app import create_app
+from worker.constants import NOOP, SCORE, SCORE_BATCH
 from worker.settings import Settings
 
 PHASES = ("noop", "score", "batch")
-TASKS = {
-    "noop": "evidence_coverage.noop",
-    "score": "evidence_coverage.score",
-    "batch": "evidence_coverage.score_batch",
-}
+TASKS = {"noop": NOOP, "score": SCORE, "batch": SCORE_BATCH}
 DEFAULT_BENCH_BROKER = "redis://localhost:6379/15"
 MAX_QUEUED_MESSAGES = 50_000  # the feeder keeps at most this many messages waiting
 LATENCY_RECORD_LIMIT = 200_000  # beyond this, records go to /dev/null (memory runs)

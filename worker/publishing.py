@@ -9,11 +9,9 @@ from typing import Any
 
 from celery import Celery
 
+from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
 from worker.pipeline import parse_message
-
-SCORE = "evidence_coverage.score"
-SCORE_BATCH = "evidence_coverage.score_batch"
 
 
 @dataclass

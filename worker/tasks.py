@@ -8,6 +8,7 @@ import structlog
 from celery import Task, signals
 
 from worker.app import RETRY_BACKOFF_MAX_SECONDS, app
+from worker.constants import CANARY, NOOP, SCORE, SCORE_BATCH
 from worker.errors import TransientError
 from worker.handling import body_text
 from worker.logging import emit_record
@@ -16,9 +17,6 @@ from worker.runtime import Runtime, summary
 from worker.settings import load_settings
 from worker.stores import DeadLetter
 
-SCORE = "evidence_coverage.score"
-SCORE_BATCH = "evidence_coverage.score_batch"
-NOOP = "evidence_coverage.noop"
 # Room for Celery's envelope around one message: [[message], {}, {callbacks...}].
 ENVELOPE_BYTES = 4_096
 
@@ -122,3 +120,22 @@ def score_batch(self: Task, messages: Any) -> list[dict[str, Any]]:
 @app.task(name=NOOP, bind=True)  # type: ignore[untyped-decorator]
 def noop(self: Task, message: Any) -> None:
     """Celery's own floor per message, the baseline `bench` measures against."""
+
+
+@app.task(name=CANARY, bind=True)  # type: ignore[untyped-decorator]
+def canary(self: Task, sample: int | None = 1000, seed: int = 0) -> dict[str, int]:
+    """Re-score stored first outcomes (for Celery beat); each difference is an ERROR line."""
+    from worker.canary import run_canary
+    from worker.logging import get_logger
+
+    result = run_canary(runtime().store.first_outcomes(), size=sample, seed=seed)
+    log = get_logger()
+    for difference in result.differences:
+        log.error("evidence_coverage.canary_difference", **difference.as_json())
+    summary = {
+        "seen": result.seen,
+        "checked": result.checked,
+        "differences": len(result.differences),
+    }
+    log.info("evidence_coverage.canary", task_id=self.request.id, **summary)
+    return summary

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -67,6 +67,10 @@ class ResultStore(Protocol):
     ) -> list[Recorded]: ...
 
     def history(self, input_hash: str) -> History | None: ...
+
+    def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
+        """Every stored (input hash, first attempt), in no particular order (for the canary)."""
+        ...
 
     def alerts(self, limit: int = 100) -> list[Alert]: ...
 

@@ -9,6 +9,11 @@ def outcome_key(prefix: str, input_hash: str) -> str:
     return f"{prefix}:{{{input_hash}}}:outcome"
 
 
+def hash_from_outcome_key(prefix: str, key: str) -> str:
+    """The input hash inside an outcome key (the inverse of outcome_key)."""
+    return key.removeprefix(f"{prefix}:{{").removesuffix("}:outcome")
+
+
 def attempts_key(prefix: str, input_hash: str) -> str:
     """LIST of attempt JSON, newest last, trimmed to the per-hash bound."""
     return f"{prefix}:{{{input_hash}}}:attempts"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -19,12 +19,14 @@ from worker.stores.keys import (
     attempts_key,
     dead_letters_key,
     deliveries_key,
+    hash_from_outcome_key,
     outcome_key,
 )
 
 MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
 DELIVERY_COUNT_TTL_SECONDS = 86_400
+SCAN_BATCH = 500
 
 # KEYS: outcome hash, attempts list. ARGV: attempt JSON, outcome JSON, attempt bound, ttl (0: none).
 # Returns {cache} on a miss, {cache, first attempt JSON} otherwise. Comparing the canonical
@@ -167,6 +169,27 @@ class RedisStore:
                 approximate=True,
             )
         pipe.execute()
+
+    def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
+        pattern = outcome_key(self.prefix, "*")
+        keys = [
+            key.decode() for key in self._call(lambda: list(self.client.scan_iter(pattern, 1000)))
+        ]
+        for start in range(0, len(keys), SCAN_BATCH):
+            chunk = keys[start : start + SCAN_BATCH]
+
+            def fetch(chunk: list[str] = chunk) -> list[Any]:
+                pipe = self.client.pipeline(transaction=False)
+                for key in chunk:
+                    pipe.hget(key, "first")
+                return pipe.execute()
+
+            for key, first in zip(chunk, self._call(fetch), strict=True):
+                if first is not None:  # expired between the scan and the read
+                    yield (
+                        hash_from_outcome_key(self.prefix, key),
+                        Attempt.model_validate_json(first),
+                    )
 
     def history(self, input_hash: str) -> History | None:
         def run() -> tuple[dict[bytes, bytes], list[bytes], int]:

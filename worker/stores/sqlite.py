@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -138,6 +138,11 @@ class SQLiteStore:
             " (SELECT id FROM attempts WHERE input_hash = ? ORDER BY id DESC LIMIT ?)",
             (input_hash, input_hash, self.max_attempts_per_hash),
         )
+
+    def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
+        rows = self._db.execute("SELECT input_hash, first_attempt FROM outcomes").fetchall()
+        for input_hash, first in rows:
+            yield input_hash, Attempt.model_validate_json(first)
 
     def history(self, input_hash: str) -> History | None:
         row = self._db.execute(

@@ -1,0 +1,111 @@
+"""worker.client: an upstream job looks up outcomes and publishes without Celery imports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from contracts import AttributionResult, input_hash
+from tests.conftest import FIXED_NOW
+from worker.client import EvidenceClient
+from worker.pipeline import Delivery, process
+from worker.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+BROKER_DB_URL = "redis://127.0.0.1:6379/13"
+
+
+@pytest.fixture
+def client(redis_url: str, key_prefix: str) -> Iterator[EvidenceClient]:
+    queue = f"{key_prefix}-queue"
+    settings = Settings(
+        broker_url=BROKER_DB_URL, store_url=redis_url, key_prefix=key_prefix, queue=queue
+    )
+    client = EvidenceClient(settings)
+    yield client
+    client.close()
+    redis.Redis.from_url(BROKER_DB_URL).delete(queue)
+
+
+def test_lookup_finds_the_first_outcome_from_inputs_alone(
+    client: EvidenceClient, message: Callable[..., AttributionResult]
+) -> None:
+    """Inputs known before grading (no supported IDs) find the outcome stored for them."""
+    scored = message()
+    process(
+        scored,
+        store=client.store,
+        policy=None,
+        clock=lambda: FIXED_NOW,
+        delivery=Delivery(task_id="t-1"),
+    )
+
+    found = client.lookup(
+        contract_version=scored.contract_version,
+        answer=scored.answer,
+        contexts=[context.model_dump() for context in scored.contexts],
+        required_claim_ids=list(reversed(scored.required_claim_ids)),
+        grader=scored.grader.model_dump(),
+    )
+
+    assert found is not None
+    assert (found.case_id, found.value) == ("refund-001", 2 / 3)
+    history = client.history(input_hash(scored))
+    assert history is not None
+    assert history.first == found
+
+
+def test_lookup_misses_when_the_inputs_differ(
+    client: EvidenceClient, message: Callable[..., AttributionResult]
+) -> None:
+    """A different answer is a different judgement: nothing is found."""
+    scored = message()
+    process(scored, store=client.store, policy=None, clock=lambda: FIXED_NOW)
+
+    assert (
+        client.lookup(
+            contract_version=scored.contract_version,
+            answer=scored.answer + "!",
+            contexts=scored.contexts,
+            required_claim_ids=scored.required_claim_ids,
+            grader=scored.grader,
+        )
+        is None
+    )
+
+
+def test_publish_validates_then_sends_one_score_task(
+    client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """publish() puts one evidence_coverage.score task carrying the message on the queue."""
+    task_id = client.publish(message_dict())
+
+    [raw] = redis.Redis.from_url(BROKER_DB_URL).lrange(client.settings.queue, 0, -1)
+    envelope = json.loads(raw)
+    assert envelope["headers"]["task"] == "evidence_coverage.score"
+    assert envelope["headers"]["id"] == task_id
+
+
+def test_publish_rejects_an_invalid_message_before_sending(
+    client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """An invalid message raises a validation error and nothing is queued."""
+    with pytest.raises(ValueError, match="answer"):
+        client.publish(message_dict(answer=None))
+
+    assert redis.Redis.from_url(BROKER_DB_URL).llen(client.settings.queue) == 0
+
+
+def test_publish_batch_sends_one_score_batch_task(
+    client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """publish_batch() sends all messages as one evidence_coverage.score_batch task."""
+    client.publish_batch([message_dict(case_id=f"c{n}") for n in range(3)])
+
+    [raw] = redis.Redis.from_url(BROKER_DB_URL).lrange(client.settings.queue, 0, -1)
+    assert json.loads(raw)["headers"]["task"] == "evidence_coverage.score_batch"

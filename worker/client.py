@@ -1,0 +1,90 @@
+"""A small client for upstream attribution jobs: look up an outcome, publish a message.
+
+    client = EvidenceClient.from_env()
+    found = client.lookup(contract_version=..., answer=..., contexts=..., required_claim_ids=...,
+                          grader=...)        # before paying for a grader call
+    if found is None:
+        client.publish(message)              # after grading
+
+No Celery import is needed by the caller; messages are validated before they are sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from contracts import Attempt, AttributionResult
+from contracts.hashing import hash_of, judgement_inputs
+from contracts.messages import Context, Grader
+from worker.constants import SCORE, SCORE_BATCH
+from worker.settings import Settings, load_settings
+from worker.stores import History, ResultStore, open_store
+
+
+class EvidenceClient:
+    """Reads the shared store and publishes to the worker's queue."""
+
+    def __init__(self, settings: Settings, *, store: ResultStore | None = None) -> None:
+        self.settings = settings
+        self.store = store or open_store(settings.result_store_url, settings)
+        self._app: Any = None
+
+    @classmethod
+    def from_env(cls) -> EvidenceClient:
+        return cls(load_settings())
+
+    def lookup(
+        self,
+        *,
+        contract_version: str,
+        answer: str,
+        contexts: Sequence[Context | Mapping[str, Any]],
+        required_claim_ids: Sequence[str],
+        grader: Grader | Mapping[str, Any],
+    ) -> Attempt | None:
+        """The first outcome already recorded for these inputs, or None."""
+        history = self.history(
+            hash_of(
+                judgement_inputs(
+                    contract_version=contract_version,
+                    answer=answer,
+                    contexts=[Context.model_validate(context) for context in contexts],
+                    required_claim_ids=required_claim_ids,
+                    grader=Grader.model_validate(grader),
+                )
+            )
+        )
+        return history.first if history else None
+
+    def history(self, input_hash: str) -> History | None:
+        """Everything kept for one input hash (first outcome and attempts), or None."""
+        return self.store.history(input_hash)
+
+    def publish(self, message: AttributionResult | Mapping[str, Any]) -> str:
+        """Validate and send one message; returns the task id."""
+        return self._send(SCORE, self._validated(message))
+
+    def publish_batch(self, messages: Sequence[AttributionResult | Mapping[str, Any]]) -> str:
+        """Validate every message, then send them as one score_batch task; returns its id."""
+        return self._send(SCORE_BATCH, [self._validated(message) for message in messages])
+
+    @staticmethod
+    def _validated(message: AttributionResult | Mapping[str, Any]) -> dict[str, Any]:
+        model = (
+            message
+            if isinstance(message, AttributionResult)
+            else AttributionResult.model_validate(message)
+        )
+        return model.model_dump(mode="json", exclude_unset=True)
+
+    def _send(self, task: str, payload: Any) -> str:
+        if self._app is None:
+            from worker.app import create_app
+
+            self._app = create_app(self.settings)
+        result = self._app.send_task(task, args=[payload], queue=self.settings.queue)
+        return str(result.id)
+
+    def close(self) -> None:
+        self.store.close()
