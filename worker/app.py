@@ -6,14 +6,19 @@ that never reach a task (undecodable or oversize bodies) are caught by EvidenceC
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from celery import Celery, signals
 from celery.worker.consumer import Consumer
 
+from worker.metrics import prepare as prepare_metrics
 from worker.settings import Settings, load_settings
 
 RETRY_BACKOFF_MAX_SECONDS = 60
+# Real messages nest about six levels deep (envelope, list, message, contexts, params). Celery
+# pickles decoded arguments for the pool, and pickle runs out of stack a few hundred down.
+MAX_NESTING = 64
 # kombu sweeps the unacked index this often; with throttle 1 a killed worker's messages are
 # back on the queue within visibility_timeout + this, well inside the +30 s we promise.
 UNACKED_RESTORE_INTERVAL_SECONDS = 5
@@ -66,9 +71,24 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or load_settings()
+    prepare_metrics(settings.metrics_port)  # before anything imports prometheus_client
     celery = Celery("evidence_coverage", include=["worker.tasks"])
     celery.conf.update(celery_config(settings))
     return celery
+
+
+def nests_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
+    """True when lists and dicts in `value` nest more than `limit` levels (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+    return False
 
 
 class EvidenceConsumer(Consumer):  # type: ignore[misc]
@@ -89,9 +109,47 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
                     message, f"message is {size} bytes, over the {limit}-byte limit"
                 )
                 return None
+            problem = self._envelope_problem(task_name, message)
+            if problem is not None:
+                reject_undeliverable(message, problem)
+                return None
             return on_task_received(message)
 
         return guarded
+
+    def _envelope_problem(self, task_name: str | None, message: Any) -> str | None:
+        """Why Celery could not hand this task message to a task (None when it can).
+
+        Celery unpacks the decoded body as [args, kwargs, embed] in this process and pickles
+        the arguments to a pool child: a malformed envelope raises outside any task (no
+        record), and deep nesting makes pickle overflow the stack and crash the consumer,
+        again on every redelivery. Bad arguments would only fail the task with a TypeError.
+        """
+        task = self.app.tasks.get(task_name) if isinstance(task_name, str) else None
+        if task is None:
+            return None  # unknown task or no task header: on_unknown_* handle it
+        try:
+            payload = message.payload  # decoded once; Celery reuses kombu's cached result
+        except Exception:  # on_decode_error / on_invalid_task report it
+            return None
+        if not (
+            isinstance(payload, list)
+            and len(payload) == 3  # Celery task protocol 2
+            and isinstance(payload[0], list)
+            and isinstance(payload[1], dict)
+            and isinstance(payload[2], dict)
+        ):
+            return "invalid task envelope: the body must be [args, kwargs, embed]"
+        body = message.body or b""
+        # Depth <= number of opening brackets, so most bodies skip the walk.
+        if body.count(b"[") + body.count(b"{") > MAX_NESTING and nests_deeper(payload):
+            return f"message nests deeper than {MAX_NESTING} levels"
+        args, kwargs, _ = payload
+        try:
+            inspect.signature(task.run).bind(*args, **kwargs)
+        except TypeError as error:
+            return f"invalid arguments for {task_name}: {error}"
+        return None
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         from worker.tasks import reject_undeliverable

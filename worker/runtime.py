@@ -11,6 +11,7 @@ from contracts import Policy
 from worker.alerts import AlertSink, WebhookSender
 from worker.handling import Body, body_text, handle
 from worker.logging import emit_record
+from worker.metrics import Metrics
 from worker.pipeline import Clock, Delivery, Processed, rejected, utc_now
 from worker.settings import Settings
 from worker.stores import DeadLetter, ResultStore, open_store
@@ -25,6 +26,7 @@ class Runtime:
     store: ResultStore
     alerts: AlertSink
     clock: Clock = field(default=utc_now)
+    metrics: Metrics = field(default_factory=lambda: Metrics(enabled=False))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Runtime:
@@ -40,6 +42,7 @@ class Runtime:
             policy=settings.load_policy(),
             store=open_store(settings.result_store_url, settings),
             alerts=AlertSink(webhook),
+            metrics=Metrics(enabled=settings.metrics_port is not None),
         )
 
     def run(self, bodies: Sequence[tuple[Body, Delivery]]) -> list[Processed]:
@@ -53,10 +56,17 @@ class Runtime:
             clock=self.clock,
         )
         per_message_ms = (time.perf_counter() - started) * 1000 / max(len(results), 1)
+        alerts = 0
         for result in results:
             emit_record(result.record.model_copy(update={"duration_ms": round(per_message_ms, 3)}))
             if result.alert is not None:
                 self.alerts.raise_alert(result.alert)
+                alerts += 1
+        self.metrics.observe(
+            [result.record for result in results],
+            alerts=alerts,
+            seconds_per_message=per_message_ms / 1000,
+        )
         return results
 
     def reject_all(self, bodies: Sequence[Body], error: str, delivery: Delivery) -> list[Processed]:
@@ -74,6 +84,7 @@ class Runtime:
             record = rejected(error, body=body, policy=self.policy, delivery=delivery)
             emit_record(record)
             results.append(Processed(record=record))
+        self.metrics.observe([r.record for r in results], alerts=0, seconds_per_message=0.0)
         return results
 
     def close(self) -> None:

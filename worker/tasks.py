@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import structlog
 from celery import Task, signals
 
+from worker import metrics
 from worker.app import RETRY_BACKOFF_MAX_SECONDS, app
 from worker.constants import CANARY, NOOP, SCORE, SCORE_BATCH
 from worker.errors import TransientError
@@ -42,11 +44,25 @@ def runtime() -> Runtime:
 
 
 @signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]
-def _close_runtime(**_: Any) -> None:
+def _close_runtime(pid: int | None = None, **_: Any) -> None:
     global _runtime  # noqa: PLW0603
     if _runtime is not None:
         _runtime.close()
         _runtime = None
+    metrics.forget_process(pid or os.getpid())
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _serve_metrics(**_: Any) -> None:
+    """The main process serves all pool processes' metrics, when a port is configured."""
+    port = load_settings().metrics_port
+    if port is not None:
+        metrics.serve(port)
+
+
+@signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _remove_metrics_dir(**_: Any) -> None:
+    metrics.cleanup()
 
 
 def body_limit(task_name: str | None) -> int:
@@ -70,10 +86,9 @@ def reject_undeliverable(message: Any, error: str) -> None:
             task_id=delivery.task_id,
         )
     )
-    emit_record(
-        rejected(error, policy=current.policy, delivery=delivery),
-        task_name=headers.get("task"),
-    )
+    record = rejected(error, policy=current.policy, delivery=delivery)
+    emit_record(record, task_name=headers.get("task"))
+    current.metrics.observe([record], alerts=0, seconds_per_message=0.0)
     message.ack()
 
 

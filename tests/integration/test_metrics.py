@@ -1,0 +1,132 @@
+"""Prometheus metrics of a real prefork worker, scraped over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from worker.app import create_app
+from worker.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+BROKER_URL = "redis://127.0.0.1:6379/12"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@pytest.fixture
+def metrics_worker(redis_url: str, key_prefix: str) -> Iterator[tuple[int, str]]:
+    """A prefork worker (2 children) with EVIDENCE_METRICS_PORT set; yields (port, queue)."""
+    port, queue = free_port(), f"{key_prefix}-metrics"
+    env = {
+        **os.environ,
+        "EVIDENCE_BROKER_URL": BROKER_URL,
+        "EVIDENCE_STORE_URL": redis_url,
+        "EVIDENCE_KEY_PREFIX": key_prefix,
+        "EVIDENCE_QUEUE": queue,
+        "EVIDENCE_METRICS_PORT": str(port),
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "worker.app",
+            "--quiet",
+            "worker",
+            "-Q",
+            queue,
+            "--pool",
+            "prefork",
+            "-c",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield port, queue
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        redis.Redis.from_url(BROKER_URL).delete(queue)
+
+
+def test_counters_sum_over_pool_children(
+    metrics_worker: tuple[int, str], message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """Messages by status and cache, rejections and alerts add up across both children."""
+    port, queue = metrics_worker
+    app = create_app(Settings(broker_url=BROKER_URL, queue=queue))
+    first = message_dict(case_id="a")
+    messages = [
+        first,
+        message_dict(case_id="b", answer="A different answer."),
+        {**first, "case_id": "a-again"},
+        {**first, "case_id": "a-changed", "supported_claim_ids": ["refund-window"]},
+        message_dict(case_id="bad", answer="Another answer.", supported_claim_ids=["nope"]),
+        {**first, "case_id": "typo", "unexpected": 1},
+    ]
+    for message in messages:
+        app.send_task("evidence_coverage.score", args=[message], queue=queue)
+        time.sleep(0.05)  # keep hit/conflict order deterministic across the two children
+
+    deadline = time.monotonic() + 60
+    samples: dict[Any, float] = {}
+    while time.monotonic() < deadline:
+        try:
+            samples = scrape(port)
+        except OSError:
+            samples = {}
+        if samples.get(("evidence_coverage_scoring_seconds_count", ()), 0) >= len(messages):
+            break
+        time.sleep(0.2)
+
+    def messages_total(status: str, cache: str) -> float:
+        key = (("cache", cache), ("status", status))
+        return samples.get(("evidence_coverage_messages_total", key), 0.0)
+
+    assert messages_total("scored", "miss") == 2
+    assert messages_total("scored", "hit") == 1
+    assert messages_total("scored", "conflict") == 1
+    assert messages_total("invalid", "miss") == 1
+    assert messages_total("invalid", "none") == 1
+    assert samples[("evidence_coverage_rejected_total", ())] == 1
+    assert samples[("evidence_coverage_nondeterminism_alerts_total", ())] == 1
+    assert samples[("evidence_coverage_scoring_seconds_count", ())] == 6

@@ -1,0 +1,88 @@
+"""Prometheus metrics, correct under Celery's prefork pool.
+
+Pool children write to per-process files in PROMETHEUS_MULTIPROC_DIR; the main process serves
+their sum on EVIDENCE_METRICS_PORT. prometheus_client picks its storage when it is first
+imported, so prepare() must run before that import in every process (worker.app does it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from typing import Any
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def prepare(port: int | None) -> None:
+    """Give this worker (and, by inheritance, its pool children) a fresh multiprocess dir."""
+    if port is None or os.environ.get(MULTIPROC_ENV):
+        return
+    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="evidence-metrics-")
+
+
+class Metrics:
+    """The worker's counters and histogram; every method is a no-op when disabled."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        if not enabled:
+            return
+        from prometheus_client import Counter, Histogram
+
+        self.messages = Counter(
+            "evidence_coverage_messages",
+            "Messages recorded, by status and cache outcome",
+            ["status", "cache"],
+        )
+        self.rejected = Counter(
+            "evidence_coverage_rejected", "Messages rejected before scoring (dead-lettered)"
+        )
+        self.alerts = Counter(
+            "evidence_coverage_nondeterminism_alerts", "Same input hash, different outcome"
+        )
+        self.latency = Histogram(
+            "evidence_coverage_scoring_seconds",
+            "Time to score and record one message",
+            buckets=LATENCY_BUCKETS,
+        )
+
+    def observe(self, records: Iterable[Any], *, alerts: int, seconds_per_message: float) -> None:
+        """Count one task's records (ScoreRecord-like: status, cache, event)."""
+        if not self.enabled:
+            return
+        for record in records:
+            if record.event == "evidence_coverage.rejected":
+                self.rejected.inc()
+            self.messages.labels(status=record.status, cache=record.cache or "none").inc()
+            self.latency.observe(seconds_per_message)
+        if alerts:
+            self.alerts.inc(alerts)
+
+
+def serve(port: int) -> None:
+    """Serve the sum over all pool processes on `port` (called in the main process)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    start_http_server(port, registry=registry)
+
+
+def forget_process(pid: int) -> None:
+    """Drop a dead pool child's live gauges (counters keep their totals)."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+def cleanup() -> None:
+    """Remove the multiprocess dir this worker created."""
+    directory = os.environ.get(MULTIPROC_ENV, "")
+    if directory.startswith(tempfile.gettempdir()) and "evidence-metrics-" in directory:
+        shutil.rmtree(directory, ignore_errors=True)
