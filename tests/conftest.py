@@ -80,9 +80,8 @@ def write_jsonl(tmp_path: Path) -> Callable[..., Path]:
         path = tmp_path / name
         with path.open("wb") as handle:
             for row in rows:
-                if isinstance(row, dict):
-                    row = json.dumps(row)
-                handle.write((row.encode() if isinstance(row, str) else row) + b"\n")
+                text = json.dumps(row) if isinstance(row, dict) else row
+                handle.write((text.encode() if isinstance(text, str) else text) + b"\n")
         return path
 
     return write

@@ -12,7 +12,6 @@ from typing import Any
 from celery import Celery, signals
 from celery.worker.consumer import Consumer
 
-from worker.metrics import prepare as prepare_metrics
 from worker.settings import Settings, load_settings
 
 RETRY_BACKOFF_MAX_SECONDS = 60
@@ -71,7 +70,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or load_settings()
-    prepare_metrics(settings.metrics_port)  # before anything imports prometheus_client
     celery = Celery("evidence_coverage", include=["worker.tasks"])
     celery.conf.update(celery_config(settings))
     return celery
@@ -182,7 +180,8 @@ def _configure_logging(**_: Any) -> None:
     """Celery's own log lines go through structlog too, so stdout is one format."""
     from worker.logging import configure_stdlib_logging
 
-    configure_stdlib_logging(load_settings().log_format)
+    settings = load_settings()
+    configure_stdlib_logging(settings.log_format, schema=settings.log_schema)
 
 
 app = create_app()

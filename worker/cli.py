@@ -146,6 +146,44 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--micro", action="store_true", help="only the scoring microbenchmark")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
+    report = commands.add_parser(
+        "report",
+        help="aggregate record files per contract version and policy group",
+        description="Read JSON-lines records as score and the worker emit them (- for stdin) "
+        "and aggregate them per contract version and policy group: counts by status and cache "
+        "outcome, mean/min/max over valid rows only, invalid rows counted apart with their top "
+        "reasons, owners, policy versions seen. Other log lines are skipped and counted; "
+        "unparsable lines are counted as unreadable. Versions are never mixed. Exit 0 when a "
+        "report was produced, 2 when PATH is unreadable or holds no records.",
+    )
+    report.add_argument("path", metavar="PATH", help="JSON-lines record file, or - for stdin")
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument(
+        "--html",
+        metavar="OUT",
+        type=Path,
+        help="also write a self-contained HTML page (histograms, tables, invalid reasons)",
+    )
+
+    canary = commands.add_parser(
+        "canary",
+        help="re-score stored first outcomes with the installed code (exit 3 on any change)",
+        description="The determinism check to run after upgrading Ragas or the metric: "
+        "re-score stored first outcomes (a seeded sample, or all) through the worker's path "
+        "and Ragas's own .score(); print one JSON line per row that no longer matches "
+        "(hash, case_id, stored vs now, versions). Exit 3 on any difference.",
+    )
+    canary.add_argument("--store", metavar="URL", help="as for score")
+    canary.add_argument(
+        "--sample",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="re-score a uniform sample of N stored outcomes (default 1000)",
+    )
+    canary.add_argument("--all", action="store_true", help="re-score every stored outcome")
+    canary.add_argument("--seed", type=int, default=0, help="sample seed (default 0)")
+
     schema = commands.add_parser("schema", help="print the published JSON Schemas")
     schema.add_argument("--write", metavar="DIR", type=Path, help="write one file per schema")
     return parser
@@ -297,6 +335,48 @@ def _table(values: dict[str, Any]) -> str:
     return "\n".join(f"{key:<{width}}  {value}" for key, value in values.items() if key != "runs")
 
 
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.report import build_report, render_text
+
+    source = _source_name(args.path)
+    report = build_report(read_jsonl(args.path), source=source)
+    if report.records == 0:
+        raise InputError(
+            f"{source} contains no evidence_coverage records "
+            f"({sum(report.skipped.values())} other lines, {report.unreadable} unreadable)"
+        )
+    if args.html is not None:
+        from worker.report_html import render_html
+
+        try:
+            args.html.write_text(render_html(report), encoding="utf-8")
+        except OSError as error:
+            raise InputError(f"cannot write {args.html}: {error.strerror}") from None
+        print(f"report: wrote {args.html}", file=sys.stderr)
+    print(report.model_dump_json() if args.json else render_text(report))
+    return OK
+
+
+def cmd_canary(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.canary import run_canary
+
+    store = _open_shared_store(args, settings)
+    try:
+        result = run_canary(
+            store.first_outcomes(), size=None if args.all else args.sample, seed=args.seed
+        )
+    finally:
+        store.close()
+    for difference in result.differences:
+        print(dumps_line(difference.as_json()))
+    print(
+        f"canary: re-scored {result.checked} of {result.seen} stored first outcomes; "
+        f"{len(result.differences)} differ",
+        file=sys.stderr,
+    )
+    return NONDETERMINISM if result.differences else OK
+
+
 def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
     schemas = json_schemas()
     if args.write is None:
@@ -316,7 +396,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "alerts": cmd_alerts,
     "publish": cmd_publish,
     "bench": cmd_bench,
+    "canary": cmd_canary,
     "schema": cmd_schema,
+    "report": cmd_report,
 }
 
 
@@ -325,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings()
-        configure_logging(settings.log_format)
+        configure_logging(settings.log_format, schema=settings.log_schema)
         return COMMANDS[args.command](args, settings)
     except (ConfigurationError, PolicyError) as error:
         return _fail(f"configuration error: {error}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic_core import PydanticSerializationError
+
 from contracts import AttributionResult, Policy
 from worker.errors import InputError
 from worker.pipeline import Clock, Delivery, Processed, parse_message, process_many, rejected
@@ -35,12 +37,12 @@ def body_text(body: Body) -> str:
         return storable(repr(body))
 
 
-def check_storable_ids(message: AttributionResult) -> None:
-    """Raise InputError when an ID the store keeps (as UTF-8) holds a lone surrogate.
+def check_encodable(message: AttributionResult) -> None:
+    """Raise InputError for a lone surrogate (a legal JSON escape, not Unicode) where it breaks.
 
-    Checked before scoring: otherwise the store write fails after the metric ran, and the
-    message would end with a traceback instead of a record. Answer and context text may
-    hold them: they are only hashed, never stored.
+    IDs are stored as UTF-8, and the grader is hashed through pydantic's JSON mode, which
+    cannot encode one in a nested params key. Checked before scoring, so such a message ends
+    as a rejected record instead of a traceback. Answer and context text may hold them.
     """
     for name in ("case_id", "required_claim_ids", "supported_claim_ids"):
         value = getattr(message, name)
@@ -50,6 +52,10 @@ def check_storable_ids(message: AttributionResult) -> None:
             raise InputError(
                 f"{name} contains a lone surrogate: IDs must be valid Unicode"
             ) from None
+    try:
+        message.grader.model_dump(mode="json")
+    except (UnicodeEncodeError, PydanticSerializationError):
+        raise InputError("grader contains a lone surrogate that cannot be hashed") from None
 
 
 def handle(
@@ -66,7 +72,7 @@ def handle(
     for body, delivery in bodies:
         try:
             parsed = parse_message(body, max_bytes=max_message_bytes)  # type: ignore[arg-type]
-            check_storable_ids(parsed)
+            check_encodable(parsed)
         except InputError as error:
             # A field name in the error (an unknown key) may itself hold a lone surrogate.
             reason = storable(str(error))

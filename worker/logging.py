@@ -1,11 +1,20 @@
-"""structlog, configured once: one JSON line per event on stdout (console renderer locally)."""
+"""structlog, configured once: one JSON line per event on stdout (console renderer locally).
+
+Each JSON line carries our own keys (`timestamp`, `level`, `event`, the record's fields) and the
+names collectors expect, so Loki, an OpenTelemetry collector or Elasticsearch take it unmapped:
+`severity_text`, `severity_number` and `service.name` always (`otel`, the default), plus
+`@timestamp`, `log.level`, `message`, `ecs.version` and `trace.id` with EVIDENCE_LOG_SCHEMA=ecs.
+Dotted names are flat keys: Elasticsearch expands them into ECS's nested fields, and Loki's
+json parser turns them into service_name and the like. ECS reserves `event` for an object;
+the shipper moves ours to event.action (deploy/logging/vector.toml).
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import structlog
 
@@ -15,6 +24,12 @@ from contracts.records import NONDETERMINISM
 # Fields that could carry raw answer or context text; dropped from every log line.
 RAW_TEXT_FIELDS = frozenset({"answer", "contexts", "text", "prompt", "body"})
 PER_MESSAGE_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
+
+LogSchema = Literal["otel", "ecs"]
+SERVICE_NAME = "evidence-coverage-worker"
+ECS_VERSION = "8.11.0"
+# OpenTelemetry log data model SeverityNumber, by structlog level name; 0 is UNSPECIFIED.
+SEVERITY_NUMBERS = {"debug": 5, "info": 9, "warning": 13, "error": 17, "critical": 21}
 
 
 def drop_raw_text(
@@ -36,27 +51,68 @@ def lead_with_when_and_what(
     return {**lead, **event_dict}
 
 
-def shared_processors() -> list[structlog.typing.Processor]:
+class SchemaFields:
+    """Add the OpenTelemetry (and with `ecs`, ECS) names beside ours; the event's own keys win.
+
+    Nothing is renamed: dashboards and tests that read `timestamp`, `level`, `event` and
+    `trace_id` keep working, and a collector finds the names its data model expects.
+    """
+
+    def __init__(self, schema: LogSchema = "otel") -> None:
+        self.schema = schema
+
+    def __call__(
+        self, _: Any, __: str, event_dict: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        level = str(event_dict.get("level", "info"))
+        added: dict[str, Any] = {
+            "severity_text": level.upper(),
+            "severity_number": SEVERITY_NUMBERS.get(level, 0),
+            "service.name": SERVICE_NAME,
+        }
+        if self.schema == "ecs":
+            added |= {
+                "@timestamp": event_dict.get("timestamp"),
+                "log.level": level,
+                "message": event_dict.get("event"),
+                "ecs.version": ECS_VERSION,
+            }
+            if event_dict.get("trace_id"):
+                added["trace.id"] = event_dict["trace_id"]
+        return {**added, **event_dict}
+
+
+def shared_processors(schema: LogSchema | None = "otel") -> list[structlog.typing.Processor]:
+    """The chain before rendering; `schema=None` adds no collector fields (console, for people)."""
     return [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         drop_raw_text,
+        *([SchemaFields(schema)] if schema is not None else []),
         lead_with_when_and_what,
     ]
 
 
+def _renderer(log_format: str) -> structlog.typing.Processor:
+    if log_format == "json":
+        return structlog.processors.JSONRenderer()
+    return structlog.dev.ConsoleRenderer(colors=False)
+
+
 def configure_logging(
-    log_format: str = "json", *, stream: TextIO | None = None, cache: bool = True
+    log_format: str = "json",
+    *,
+    stream: TextIO | None = None,
+    cache: bool = True,
+    schema: LogSchema = "otel",
 ) -> None:
-    """Route structlog to `stream` (stdout) as JSON lines, or a console renderer."""
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer()
-        if log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    """Route structlog to `stream` (stdout) as JSON lines in `schema`, or a console renderer."""
     structlog.configure(
-        processors=[*shared_processors(), renderer],
+        processors=[
+            *shared_processors(schema if log_format == "json" else None),
+            _renderer(log_format),
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         # One write() per line (message and newline together): prefork children share stdout,
         # and print()'s two writes let their lines interleave mid-record.
@@ -82,17 +138,20 @@ def emit_alert(alert: Alert, **context: Any) -> None:
     get_logger().error(NONDETERMINISM, **alert.model_dump(mode="json"), **context)
 
 
-def configure_stdlib_logging(log_format: str = "json", *, stream: TextIO | None = None) -> None:
+def configure_stdlib_logging(
+    log_format: str = "json", *, stream: TextIO | None = None, schema: LogSchema = "otel"
+) -> None:
     """Send stdlib logging (Celery's, kombu's) through the same processors and renderer."""
-    configure_logging(log_format, stream=stream)
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer()
-        if log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    configure_logging(log_format, stream=stream, schema=schema)
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared_processors()],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        foreign_pre_chain=[
+            structlog.stdlib.add_logger_name,
+            *shared_processors(schema if log_format == "json" else None),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _renderer(log_format),
+        ],
     )
     handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(formatter)

@@ -2,7 +2,8 @@
 
 Pool children write to per-process files in PROMETHEUS_MULTIPROC_DIR; the main process serves
 their sum on EVIDENCE_METRICS_PORT. prometheus_client picks its storage when it is first
-imported, so prepare() must run before that import in every process (worker.app does it).
+imported, so prepare() must run before that import: the worker's main process calls it at
+worker_init, before the pool forks; other processes (CLI, health checks) never import it.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,6 +31,10 @@ class Settings(BaseSettings):
     alert_webhook_url: str | None = None
     alert_webhook_timeout_seconds: float = Field(default=2.0, gt=0)
     log_format: str = "json"
+    log_schema: Literal["otel", "ecs"] = Field(
+        default="otel",
+        description="JSON line field names: OpenTelemetry's (otel) or those plus ECS's (ecs)",
+    )
     log_raw_text: bool = False
     result_ttl_seconds: int | None = Field(default=None, gt=0)
     visibility_timeout_seconds: int = Field(default=300, gt=0)
@@ -39,6 +44,7 @@ class Settings(BaseSettings):
     max_deliveries: int = Field(default=5, ge=1)
     key_prefix: str = "evidence"
     bench_broker_url: str = "redis://localhost:6379/15"
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     queue: str = "attribution-results"
 
     @field_validator("log_format")

@@ -54,9 +54,14 @@ def _close_runtime(pid: int | None = None, **_: Any) -> None:
 
 @signals.worker_init.connect  # type: ignore[untyped-decorator]
 def _serve_metrics(**_: Any) -> None:
-    """The main process serves all pool processes' metrics, when a port is configured."""
+    """The main process serves all pool processes' metrics, when a port is configured.
+
+    worker_init runs in the main process before the pool forks, so the multiprocess dir set
+    here is inherited by every child before any of them imports prometheus_client.
+    """
     port = load_settings().metrics_port
     if port is not None:
+        metrics.prepare(port)
         metrics.serve(port)
 
 

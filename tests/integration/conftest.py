@@ -1,4 +1,4 @@
-"""Integration fixtures: a real Redis server (required: these tests fail, never skip, without it)."""
+"""Integration fixtures: a real Redis server (required: tests fail, never skip, without it)."""
 
 from __future__ import annotations
 

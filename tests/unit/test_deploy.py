@@ -1,0 +1,581 @@
+"""deploy/ and .dockerignore: every file parses and names only commands, modules and settings
+that exist, so the deployment cannot drift from the package without a test failing."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import json
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import tomllib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from celery import Celery
+from celery.bin.base import CLIContext
+from celery.bin.celery import celery as celery_cli
+
+from contracts.records import NONDETERMINISM
+from tests.conftest import ROOT
+from worker.cli import COMMANDS
+from worker.logging import SERVICE_NAME
+from worker.metrics import LATENCY_BUCKETS
+from worker.settings import Settings, load_settings
+
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+COMPOSE = DEPLOY / "compose.yaml"
+NOT_APPLIED = {"kustomization.yaml", "secret.example.yaml"}
+# The metric names agreed with the metrics work (README "Metrics"), with the suffixes a
+# histogram's series carry.
+METRIC_NAMES = {
+    "evidence_coverage_messages_total",
+    "evidence_coverage_nondeterminism_alerts_total",
+    "evidence_coverage_rejected_total",
+    *(f"evidence_coverage_scoring_seconds{suffix}" for suffix in ("_bucket", "_sum", "_count")),
+}
+HEALTH_DESTINATION = "celery@$HOSTNAME"
+
+
+# Readers -------------------------------------------------------------------------------------
+
+
+def procfile_worker() -> list[str]:
+    """The Procfile's worker command as argv."""
+    for line in (ROOT / "Procfile").read_text(encoding="utf-8").splitlines():
+        name, _, command = line.partition(":")
+        if name.strip() == "worker":
+            return shlex.split(command)
+    raise AssertionError("Procfile has no worker line")
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in (DEPLOY / "Dockerfile").read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, arguments = (pending + line).partition(" ")
+        instructions.append((keyword.upper(), arguments.strip()))
+        pending = ""
+    return instructions
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The instructions of each build stage (ARGs before the first FROM are dropped)."""
+    stages: list[list[tuple[str, str]]] = []
+    for keyword, arguments in dockerfile_instructions():
+        if keyword == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((keyword, arguments))
+    return stages
+
+
+def only(stage: list[tuple[str, str]], keyword: str) -> str:
+    (arguments,) = [args for kw, args in stage if kw == keyword]
+    return arguments
+
+
+def yaml_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+
+
+def k8s_objects() -> dict[str, dict[str, Any]]:
+    """Every Kubernetes object in deploy/k8s/, keyed by kind."""
+    objects: dict[str, dict[str, Any]] = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml_documents(path):
+            assert doc["kind"] not in objects, f"two {doc['kind']} objects"
+            objects[doc["kind"]] = doc
+    return objects
+
+
+def worker_container() -> dict[str, Any]:
+    containers: list[dict[str, Any]] = k8s_objects()["Deployment"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    (container,) = containers
+    return container
+
+
+def compose() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    return document
+
+
+def interpolate(value: object) -> str:
+    """Compose's ${NAME:-default} with nothing set: the default."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(value))
+
+
+def settings_variables() -> set[str]:
+    """The environment variable of every Settings field (EVIDENCE_<FIELD>, or its alias)."""
+    return {
+        field.validation_alias
+        if isinstance(field.validation_alias, str)
+        else "EVIDENCE_" + name.upper()
+        for name, field in Settings.model_fields.items()
+    }
+
+
+def ours(variables: dict[str, Any]) -> dict[str, str]:
+    """The variables that look like this project's settings (a typo must not slip through)."""
+    return {name: interpolate(value) for name, value in variables.items() if "EVIDENCE" in name}
+
+
+def dockerignore_allows(path: str) -> bool:
+    """Whether the build context keeps `path`: the last matching .dockerignore pattern wins,
+    and a pattern matching a parent directory matches everything under it."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: index + 1]) for index in range(len(parts))]
+    allowed = True
+    for raw in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negated = pattern.startswith("!")
+        pattern = pattern.removeprefix("!").rstrip("/")
+        if any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes):
+            allowed = negated
+    return allowed
+
+
+def celery_command(argv: list[str]) -> tuple[str, dict[str, Any]]:
+    """Parse a `celery ...` command line with the installed Celery's own CLI, without running
+    it: unknown subcommands or options raise. Returns (subcommand, its parsed parameters)."""
+    assert argv[0] == "celery"
+    group = celery_cli.make_context("celery", argv[1:], auto_envvar_prefix="CELERY")
+    module = importlib.import_module(group.params["app"])
+    app = module.app
+    assert isinstance(app, Celery)
+    group.obj = CLIContext(app=app, no_color=True, workdir=None, quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # click 9 folds it into args
+        rest = [*getattr(group, "protected_args", []), *group.args]
+    name, *arguments = rest
+    subcommand = celery_cli.get_command(group, name)
+    assert subcommand is not None, f"celery has no {name!r} command"
+    return name, subcommand.make_context(name, arguments, parent=group).params
+
+
+def without_env(argv: list[str]) -> list[str]:
+    """`env -u NAME ... command`: the command, after checking each NAME is one of our settings."""
+    while argv[0] == "env":
+        flag, name, *argv = argv[1:]
+        assert flag == "-u"
+        assert name in settings_variables(), name
+    return argv
+
+
+def probe_argv(probe: dict[str, Any]) -> list[str]:
+    """A Kubernetes exec probe run through `sh -c`, as the argv the shell would run."""
+    shell, flag, script = probe["exec"]["command"]
+    assert (shell, flag) == ("sh", "-c")
+    return without_env(shlex.split(script))
+
+
+# Files parse ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        str(path.relative_to(ROOT))
+        for path in [*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml"), *DEPLOY.rglob("*.toml")]
+    ),
+)
+def test_every_deploy_file_parses(path: str) -> None:
+    """Each YAML file under deploy/ parses (all documents), and each TOML file."""
+    text = (ROOT / path).read_text(encoding="utf-8")
+    if path.endswith(".toml"):
+        assert tomllib.loads(text)
+    else:
+        assert [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+# Dockerfile -----------------------------------------------------------------------------------
+
+
+def test_dockerfile_is_multi_stage() -> None:
+    """A builder stage and a runtime stage that copies the builder's venv."""
+    stages = dockerfile_stages()
+    assert len(stages) == 2
+    assert only(stages[0], "FROM").endswith(" AS builder")
+    assert "--from=builder /opt/venv /opt/venv" in [args for kw, args in stages[1] if kw == "COPY"]
+
+
+def test_builder_installs_the_lock_then_the_project_without_deps() -> None:
+    """The lock file is copied and installed first; the project goes in with --no-deps."""
+    builder = dockerfile_stages()[0]
+    runs = [args for kw, args in builder if kw == "RUN"]
+    assert "pip install -r requirements.lock" in runs
+    assert "pip install --no-deps ." in runs
+    assert runs.index("pip install -r requirements.lock") < runs.index("pip install --no-deps .")
+    assert ("COPY", "requirements.lock ./") in builder
+    assert builder.index(("COPY", "requirements.lock ./")) < builder.index(
+        ("RUN", "pip install -r requirements.lock")
+    )
+
+
+def test_runtime_runs_as_a_non_root_user() -> None:
+    """The runtime stage's USER is neither root nor UID 0, and is the UID Kubernetes checks."""
+    user = only(dockerfile_stages()[1], "USER")
+    uid = user.split(":")[0]
+    assert uid not in {"root", "0"}
+    pod = k8s_objects()["Deployment"]["spec"]["template"]["spec"]["securityContext"]
+    assert (pod["runAsNonRoot"], str(pod["runAsUser"])) == (True, uid)
+
+
+def test_image_command_is_the_procfile_worker_line() -> None:
+    """The image's CMD is exactly the Procfile's worker command."""
+    assert json.loads(only(dockerfile_stages()[1], "CMD")) == procfile_worker()
+
+
+def test_procfile_worker_command_is_valid_for_installed_celery() -> None:
+    """Celery's CLI accepts the worker command and it consumes the configured queue."""
+    name, params = celery_command(procfile_worker())
+    assert name == "worker"
+    assert params["queues"] == [Settings().queue]
+    assert params["hostname"] == f"celery@{socket.gethostname()}"
+
+
+def test_healthcheck_pings_this_worker() -> None:
+    """HEALTHCHECK runs `celery inspect ping` addressed to this container's node name."""
+    healthcheck = only(dockerfile_stages()[1], "HEALTHCHECK")
+    options, _, command = healthcheck.partition(" CMD ")
+    assert "--start-period=" in options
+    assert command.endswith(" || exit 1")  # Docker reserves exit codes other than 0 and 1
+    name, params = celery_command(without_env(shlex.split(command.removesuffix(" || exit 1"))))
+    assert (name, params["command"], params["destination"]) == (
+        "inspect",
+        "ping",
+        [HEALTH_DESTINATION],
+    )
+
+
+def test_every_copied_path_exists_and_passes_dockerignore() -> None:
+    """Every COPY source exists, and .dockerignore lets each file under it into the context."""
+    sources = []
+    for stage in dockerfile_stages():
+        for keyword, arguments in stage:
+            if keyword == "COPY" and not arguments.startswith("--from"):
+                sources.extend(arguments.split()[:-1])
+    assert sources
+    for source in sources:
+        path = ROOT / source
+        assert path.exists(), source
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        for file in files:
+            relative = file.relative_to(ROOT).as_posix()
+            if "__pycache__" not in relative:
+                assert dockerignore_allows(relative), relative
+
+
+def test_dockerignore_keeps_local_state_out() -> None:
+    """The virtualenv, git history, tests and local stores never enter the build context."""
+    for path in [".venv/bin/python", ".git/HEAD", "tests/conftest.py", "evidence-coverage.sqlite3"]:
+        assert not dockerignore_allows(path), path
+    assert not dockerignore_allows("worker/__pycache__/app.cpython-311.pyc")
+
+
+def test_project_metadata_files_are_in_the_image() -> None:
+    """`pip install .` needs the readme pyproject.toml names, so the builder copies it."""
+    readme = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "readme"
+    ]
+    assert ("COPY", f"pyproject.toml {readme} ./") in dockerfile_stages()[0]
+
+
+# Settings named anywhere are real settings ---------------------------------------------------
+
+
+def deploy_variable_sources() -> Iterator[tuple[str, dict[str, str]]]:
+    yield "configmap", ours(k8s_objects()["ConfigMap"]["data"])
+    yield "compose", ours(compose()["services"]["worker"]["environment"])
+    container = worker_container()
+    yield "deployment", ours({entry["name"]: entry.get("value") for entry in container["env"]})
+    dockerfile_env = " ".join(args for kw, args in dockerfile_stages()[1] if kw == "ENV")
+    yield "dockerfile", ours(dict(pair.split("=", 1) for pair in shlex.split(dockerfile_env)))
+
+
+@pytest.mark.parametrize(("where", "variables"), list(deploy_variable_sources()))
+def test_every_evidence_variable_is_a_setting(where: str, variables: dict[str, str]) -> None:
+    """Each EVIDENCE_* (or MIN_EVIDENCE_COVERAGE) variable set in deploy/ is a Settings field."""
+    assert variables, where
+    assert set(variables) <= settings_variables(), set(variables) - settings_variables()
+
+
+@pytest.mark.parametrize("where", ["configmap", "compose"])
+def test_deployed_values_are_valid_settings(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings values in the ConfigMap and in compose load without a ConfigurationError."""
+    variables = dict(deploy_variable_sources())[where]
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+
+    settings = load_settings()
+    assert settings.log_format == "json"
+    assert settings.log_schema == "otel"
+
+
+def test_worker_concurrency_variable_is_read_by_celery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CELERY_WORKER_CONCURRENCY (deployment and compose) sets the pool size of our command."""
+    (value,) = [e["value"] for e in worker_container()["env"] if e["name"].startswith("CELERY_")]
+    assert interpolate(compose()["services"]["worker"]["environment"]["CELERY_WORKER_CONCURRENCY"])
+    monkeypatch.setenv("CELERY_WORKER_CONCURRENCY", value)
+
+    _, params = celery_command(procfile_worker())
+    assert params["concurrency"] == int(value)
+
+
+# Compose -------------------------------------------------------------------------------------
+
+
+def test_compose_redis_keeps_every_message() -> None:
+    """Redis runs with noeviction and AOF, on a named volume."""
+    redis = compose()["services"]["redis"]
+    command = redis["command"]
+    pairs = dict(zip(command[1::2], command[2::2], strict=False))
+    assert command[0] == "redis-server"
+    assert (pairs["--maxmemory-policy"], pairs["--appendonly"]) == ("noeviction", "yes")
+    assert any(volume.endswith(":/data") for volume in redis["volumes"])
+
+
+def test_compose_worker_builds_deploy_dockerfile_and_uses_redis() -> None:
+    """The worker builds deploy/Dockerfile from the repository root and talks to `redis`."""
+    services = compose()["services"]
+    worker = services["worker"]
+    context = (COMPOSE.parent / worker["build"]["context"]).resolve()
+    assert context == ROOT
+    assert (context / worker["build"]["dockerfile"]) == DEPLOY / "Dockerfile"
+    for name in ("EVIDENCE_BROKER_URL", "EVIDENCE_STORE_URL"):
+        assert urlsplit(worker["environment"][name]).hostname == "redis"
+    assert worker["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_compose_flower_is_optional() -> None:
+    """Flower starts only with its profile and watches the same broker."""
+    flower = compose()["services"]["flower"]
+    assert flower["profiles"] == ["flower"]
+    broker = compose()["services"]["worker"]["environment"]["EVIDENCE_BROKER_URL"]
+    assert flower["environment"]["CELERY_BROKER_URL"] == broker
+
+
+def docker_compose_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    version = subprocess.run(
+        ["docker", "compose", "version"], capture_output=True, check=False, timeout=60
+    )
+    return version.returncode == 0
+
+
+@pytest.mark.skipif(
+    not docker_compose_available(),
+    reason="`docker compose version` fails here: no docker client with the compose plugin",
+)
+def test_docker_compose_config_accepts_the_file() -> None:
+    """`docker compose config` (no engine needed) validates deploy/compose.yaml."""
+    for profile in ([], ["--profile", "flower"]):
+        result = subprocess.run(
+            ["docker", "compose", "-f", str(COMPOSE), *profile, "config", "--quiet"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+
+
+# Kubernetes ----------------------------------------------------------------------------------
+
+
+def test_kustomization_applies_every_manifest() -> None:
+    """kustomization.yaml lists every manifest but the Secret example, and each exists."""
+    (kustomization,) = yaml_documents(K8S / "kustomization.yaml")
+    resources = set(kustomization["resources"])
+    on_disk = {path.name for path in K8S.glob("*.yaml")} - NOT_APPLIED
+    assert resources == on_disk
+
+
+def test_deployment_runs_the_procfile_command() -> None:
+    """The container's command is the Procfile's worker line, unchanged."""
+    assert worker_container()["command"] == procfile_worker()
+
+
+@pytest.mark.parametrize("probe", ["livenessProbe", "readinessProbe"])
+def test_probes_ping_this_worker(probe: str) -> None:
+    """Both probes run `celery inspect ping` addressed to this pod's node name."""
+    name, params = celery_command(probe_argv(worker_container()[probe]))
+    assert (name, params["command"], params["destination"]) == (
+        "inspect",
+        "ping",
+        [HEALTH_DESTINATION],
+    )
+    assert worker_container()[probe]["timeoutSeconds"] > params["timeout"]
+
+
+def test_configmap_feeds_the_worker() -> None:
+    """The worker takes its environment from the ConfigMap, which holds no broker secrets."""
+    configmap = k8s_objects()["ConfigMap"]
+    (source,) = worker_container()["envFrom"]
+    assert source["configMapRef"]["name"] == configmap["metadata"]["name"]
+    assert not {"EVIDENCE_BROKER_URL", "EVIDENCE_STORE_URL"} & set(configmap["data"])
+
+
+@pytest.mark.parametrize("variable", ["EVIDENCE_BROKER_URL", "EVIDENCE_STORE_URL"])
+def test_broker_and_store_urls_come_from_the_secret(variable: str) -> None:
+    """The URLs (credentials inside) are secretKeyRefs to keys the example Secret defines."""
+    secret = k8s_objects()["Secret"]
+    (entry,) = [e for e in worker_container()["env"] if e["name"] == variable]
+    reference = entry["valueFrom"]["secretKeyRef"]
+    assert reference["name"] == secret["metadata"]["name"]
+    assert reference["key"] in secret["stringData"]
+
+
+def test_metrics_port_is_exposed_and_announced() -> None:
+    """EVIDENCE_METRICS_PORT is the container's `metrics` port and the scrape annotation's."""
+    objects = k8s_objects()
+    port = int(objects["ConfigMap"]["data"]["EVIDENCE_METRICS_PORT"])
+    (exposed,) = [p for p in worker_container()["ports"] if p["name"] == "metrics"]
+    annotations = objects["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert exposed["containerPort"] == port == int(annotations["prometheus.io/port"])
+    worker = compose()["services"]["worker"]
+    assert f"{port}:{port}" in " ".join(worker["ports"])
+    assert int(worker["environment"]["EVIDENCE_METRICS_PORT"]) == port
+
+
+def test_read_only_root_filesystem_has_a_writable_tmp() -> None:
+    """With a read-only root, /tmp (prefork's temporary files) is an emptyDir."""
+    container = worker_container()
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_pod_disruption_budget_selects_the_worker_pods() -> None:
+    """The PDB selects the Deployment's pods and never blocks a drain at one replica."""
+    objects = k8s_objects()
+    pdb, deployment = objects["PodDisruptionBudget"], objects["Deployment"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in pdb["spec"]
+
+
+def test_keda_scales_the_deployment_on_the_queue_list() -> None:
+    """KEDA's redis trigger watches the list named like the queue the worker consumes."""
+    objects = k8s_objects()
+    scaled = objects["ScaledObject"]
+    (trigger,) = scaled["spec"]["triggers"]
+    _, worker = celery_command(procfile_worker())
+    assert trigger["type"] == "redis"
+    assert trigger["metadata"]["listName"] == Settings().queue == worker["queues"][0]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == objects["Deployment"]["metadata"]["name"]
+    assert "replicas" not in objects["Deployment"]["spec"]
+
+
+def test_keda_reads_the_brokers_redis() -> None:
+    """KEDA's address, password and database are those of the broker URL in the Secret."""
+    objects = k8s_objects()
+    secret, auth = objects["Secret"], objects["TriggerAuthentication"]
+    (trigger,) = objects["ScaledObject"]["spec"]["triggers"]
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    parameters = {}
+    for reference in auth["spec"]["secretTargetRef"]:
+        assert reference["name"] == secret["metadata"]["name"]
+        parameters[reference["parameter"]] = secret["stringData"][reference["key"]]
+    broker = urlsplit(secret["stringData"]["broker-url"])
+    assert parameters == {
+        "address": f"{broker.hostname}:{broker.port}",
+        "password": broker.password,
+    }
+    assert trigger["metadata"]["databaseIndex"] == broker.path.lstrip("/")
+
+
+# Log shipping and alerts ---------------------------------------------------------------------
+
+
+def vector() -> dict[str, Any]:
+    return tomllib.loads((DEPLOY / "logging" / "vector.toml").read_text(encoding="utf-8"))
+
+
+def test_vector_pipeline_is_wired() -> None:
+    """Every component's inputs exist; Loki and Elasticsearch sinks both receive worker lines."""
+    config = vector()
+    components = {*config["sources"], *config.get("transforms", {})}
+    for section in ("transforms", "sinks"):
+        for name, component in config.get(section, {}).items():
+            assert set(component["inputs"]) <= components, name
+    sinks = {component["type"] for component in config["sinks"].values()}
+    assert sinks == {"loki", "elasticsearch"}
+
+
+def test_vector_sends_loki_the_raw_line_under_the_service_label() -> None:
+    """Loki gets the JSON line as written, under the service name the worker logs."""
+    loki = vector()["sinks"]["loki"]
+    assert loki["encoding"]["codec"] == "text"
+    assert loki["labels"] == {"service_name": SERVICE_NAME}
+
+
+def test_vector_moves_event_out_of_ecs_reserved_name() -> None:
+    """For Elasticsearch, the string `event` becomes event.action (ECS maps event as object)."""
+    transform = vector()["transforms"]["worker_documents"]
+    assert vector()["sinks"]["elasticsearch"]["inputs"] == ["worker_documents"]
+    assert '.event = {"action": action' in transform["source"]
+
+
+def rules(name: str) -> list[dict[str, Any]]:
+    (document,) = yaml_documents(DEPLOY / "alerts" / name)
+    return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+@pytest.mark.parametrize("name", ["loki-rules.yaml", "prometheus-rules.yaml"])
+def test_alert_rules_are_complete(name: str) -> None:
+    """Every rule has a name, an expression, a severity and a summary; labels it templates
+    are ones its expression keeps; commands it suggests exist."""
+    for rule in rules(name):
+        assert rule["alert"]
+        assert rule["expr"]
+        assert rule["labels"]["severity"] in {"critical", "warning"}
+        text = " ".join(rule["annotations"].values())
+        kept = set(re.findall(r"by \(([^)]*)\)", rule["expr"])[-1].replace(" ", "").split(","))
+        assert set(re.findall(r"\$labels\.(\w+)", text)) <= kept
+        assert set(re.findall(r"evidence-worker (\w+)", text)) <= set(COMMANDS)
+
+
+def test_loki_rule_fires_on_nondeterminism_records() -> None:
+    """The LogQL rule selects the shipped stream and filters on the alert's event name."""
+    (rule,) = rules("loki-rules.yaml")
+    expression = rule["expr"]
+    assert f'{{service_name="{SERVICE_NAME}"}}' in expression
+    assert f'| event="{NONDETERMINISM}"' in expression
+
+
+def test_prometheus_rules_use_only_agreed_metrics() -> None:
+    """The counter rule watches the nondeterminism counter; every metric named is agreed."""
+    expressions = [rule["expr"] for rule in rules("prometheus-rules.yaml")]
+    assert "evidence_coverage_nondeterminism_alerts_total" in expressions[0]
+    named = {name for expr in expressions for name in re.findall(r"evidence_coverage_\w+", expr)}
+    assert named <= METRIC_NAMES
+
+
+def test_latency_threshold_is_inside_the_histogram() -> None:
+    """histogram_quantile cannot exceed the largest finite bucket, so the threshold must be
+    below it or the rule could never fire."""
+    (rule,) = [r for r in rules("prometheus-rules.yaml") if "histogram_quantile" in r["expr"]]
+    threshold = float(rule["expr"].rsplit(">", 1)[1])
+    assert threshold < max(LATENCY_BUCKETS)
