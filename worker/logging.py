@@ -11,11 +11,13 @@ the shipper moves ours to event.action (deploy/logging/vector.toml).
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import MutableMapping
 from typing import Any, Literal, TextIO
 
+import orjson
 import structlog
 
 from contracts import Alert, ScoreRecord
@@ -94,9 +96,18 @@ def shared_processors(schema: LogSchema | None = "otel") -> list[structlog.typin
     ]
 
 
+def dumps(value: Any, **_: Any) -> str:
+    """JSON for one line: orjson (several times faster than json, and this is the hot path),
+    json where orjson refuses (lone surrogates from hostile input, integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, default=repr).decode()
+    except TypeError:
+        return json.dumps(value, default=repr)  # ASCII escapes: a lone surrogate stays writable
+
+
 def _renderer(log_format: str) -> structlog.typing.Processor:
     if log_format == "json":
-        return structlog.processors.JSONRenderer()
+        return structlog.processors.JSONRenderer(serializer=dumps)
     return structlog.dev.ConsoleRenderer(colors=False)
 
 

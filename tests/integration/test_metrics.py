@@ -79,7 +79,7 @@ def metrics_worker(redis_url: str, key_prefix: str) -> Iterator[tuple[int, str]]
     try:
         yield port, queue
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
+        worker.send_signal(signal.SIGTERM)  # warm shutdown: the main process stops its pool
         try:
             worker.wait(timeout=20)
         except subprocess.TimeoutExpired:

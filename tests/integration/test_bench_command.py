@@ -1,0 +1,74 @@
+"""`evidence-worker bench` end to end on a small run: it measures, reports and cleans up."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from worker.cli import main
+
+pytestmark = pytest.mark.integration
+
+BENCH_BROKER = "redis://127.0.0.1:6379/11"
+
+
+@pytest.mark.timeout(300)
+def test_bench_json_reports_every_phase_and_leaves_no_keys(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A small run prints the documented keys for all three phases and deletes its keys."""
+    code = main(
+        [
+            "bench",
+            "--messages",
+            "400",
+            "--batch-size",
+            "50",
+            "--broker",
+            BENCH_BROKER,
+            "--pool",
+            "solo",
+            "--json",
+        ]
+    )
+
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for key in (
+        "noop_msgs_per_s",
+        "score_msgs_per_s",
+        "batch_msgs_per_s",
+        "ratio_score_to_noop",
+        "ratio_batch_to_score",
+        "peak_rss_mb",
+    ):
+        assert summary[key] > 0, key
+    assert [run["phase"] for run in summary["runs"]] == ["noop", "score", "batch"]
+    assert all(run["messages"] == 400 for run in summary["runs"])
+    assert summary["score_p99_latency_ms"] >= summary["score_p50_latency_ms"] > 0
+    assert list(redis.Redis.from_url(BENCH_BROKER).scan_iter(match="*bench-*")) == []
+
+
+def test_bench_micro_reports_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench --micro --json` times the worker's scoring call against raw set arithmetic."""
+    assert main(["bench", "--micro", "--json"]) == 0
+
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) == {
+        "raw_us_per_call",
+        "worker_us_per_call",
+        "ragas_score_us_per_call",
+        "ratio_worker_to_raw",
+        "ratio_ragas_to_worker",
+    }
+    assert result["ratio_worker_to_raw"] > 0
+
+
+def test_bench_rejects_unknown_phases(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown phase name is a usage problem: one line, exit 2."""
+    assert main(["bench", "--phases", "noop,warp"]) == 2
+    assert capsys.readouterr().err == (
+        "evidence-worker: --phases: unknown phase(s) warp; use noop,score,batch\n"
+    )
