@@ -138,9 +138,14 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
             and isinstance(payload[2], dict)
         ):
             return "invalid task envelope: the body must be [args, kwargs, embed]"
-        body = message.body or b""
+        body = message.body or b""  # bytes on Redis, str on RabbitMQ
         # Depth <= number of opening brackets, so most bodies skip the walk.
-        if body.count(b"[") + body.count(b"{") > MAX_NESTING and nests_deeper(payload):
+        openings = (
+            body.count("[") + body.count("{")
+            if isinstance(body, str)
+            else body.count(b"[") + body.count(b"{")
+        )
+        if openings > MAX_NESTING and nests_deeper(payload):
             return f"message nests deeper than {MAX_NESTING} levels"
         args, kwargs, _ = payload
         try:

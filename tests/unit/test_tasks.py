@@ -1,0 +1,589 @@
+"""The Celery tasks without a broker: records, dead letters, redelivery bound, retry options.
+
+Tasks run through `task.run(...)` with a pushed request (or Celery's eager mode for retries)
+against a runtime on fakeredis; WebhookSender runs against a local HTTP server.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import fakeredis
+import pytest
+import structlog
+from celery import Task
+from structlog.testing import capture_logs
+
+import worker.tasks
+from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt, AttributionResult, input_hash
+from tests.conftest import FIXED_NOW
+from worker.alerts import AlertSink, WebhookSender
+from worker.app import app, celery_config
+from worker.errors import TransientError
+from worker.pipeline import WORKER_VERSION
+from worker.runtime import Runtime
+from worker.settings import Settings
+from worker.stores import Recorded
+from worker.stores.redis import RedisStore
+from worker.tasks import score, score_batch
+
+MessageFactory = Callable[..., dict[str, Any]]
+TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
+UNKNOWN_ID_REASON = (
+    "Error executing metric evidence_coverage: supported_claim_ids contains unknown IDs: old-c1"
+)
+MAX_DELIVERIES = 2
+
+
+class FlakyStore(RedisStore):
+    """A Redis store whose first `failures` writes find Redis unreachable."""
+
+    failures = 0
+
+    def record_many(self, items: Sequence[tuple[str, Attempt]], *, now: datetime) -> list[Recorded]:
+        if self.failures:
+            self.failures -= 1
+            raise TransientError("Redis unreachable: connection refused")
+        return super().record_many(items, now=now)
+
+
+@pytest.fixture
+def store() -> Iterator[FlakyStore]:
+    opened = FlakyStore(fakeredis.FakeRedis(), prefix="unit")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(autouse=True)
+def runtime(store: FlakyStore) -> Iterator[Runtime]:
+    """The tasks' process runtime, on fakeredis with a fixed clock; reset afterwards."""
+    built = Runtime(
+        settings=Settings(max_deliveries=MAX_DELIVERIES),
+        policy=None,
+        store=store,
+        alerts=AlertSink(),
+        clock=lambda: FIXED_NOW,
+    )
+    worker.tasks._runtime = built
+    yield built
+    worker.tasks._runtime = None
+
+
+def run(
+    task: Task, argument: Any, *, task_id: str = "task-1", redelivered: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run a task's body as the worker would for one delivery; return (result, log entries)."""
+    task.push_request(id=task_id, delivery_info={"redelivered": redelivered}, retries=0)
+    try:
+        with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            result = task.run(argument)
+    finally:
+        task.pop_request()
+    return result, logs
+
+
+def without_duration(entry: dict[str, Any]) -> dict[str, Any]:
+    """A log entry minus duration_ms, the one field that depends on the machine."""
+    assert entry.get("duration_ms") is None or entry["duration_ms"] >= 0
+    return {key: value for key, value in entry.items() if key != "duration_ms"}
+
+
+def scored_entry(message: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The expected log entry of a report-only `scored` record (no policy configured)."""
+    return {
+        "event": "evidence_coverage.scored",
+        "log_level": "info",
+        "case_id": message["case_id"],
+        "input_hash": input_hash(AttributionResult.model_validate(message)),
+        "contract_version": message["contract_version"],
+        "metric_version": METRIC_VERSION,
+        "ragas_version": RAGAS_VERSION,
+        "worker_version": WORKER_VERSION,
+        "value": 2 / 3,
+        "reason": TWO_THIRDS_REASON,
+        "status": "scored",
+        "policy_group": "default",
+        "policy_version": None,
+        "threshold": None,
+        "blocking": True,
+        "owner": None,
+        "cache": "miss",
+        "observed_value": None,
+        "observed_reason": None,
+        "task_id": "task-1",
+        "trace_id": None,
+        "line": None,
+        "task_name": "evidence_coverage.score",
+        "retries": 0,
+        "redelivered": False,
+        **fields,
+    }
+
+
+def rejected_entry(reason: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "event": "evidence_coverage.rejected",
+        "log_level": "warning",
+        "case_id": None,
+        "input_hash": None,
+        "contract_version": None,
+        "metric_version": METRIC_VERSION,
+        "ragas_version": RAGAS_VERSION,
+        "worker_version": WORKER_VERSION,
+        "value": None,
+        "reason": reason,
+        "status": "invalid",
+        "policy_group": None,
+        "policy_version": None,
+        "threshold": None,
+        "blocking": None,
+        "owner": "evaluation-data",
+        "cache": None,
+        "observed_value": None,
+        "observed_reason": None,
+        "task_id": "task-1",
+        "trace_id": None,
+        "line": None,
+        **fields,
+    }
+
+
+# Records
+
+
+def test_a_valid_message_gives_one_scored_record_and_returns_its_summary(
+    message_dict: MessageFactory,
+) -> None:
+    """score: one `scored` record with every field, bound to the task's context."""
+    message = message_dict()
+
+    result, logs = run(score, message)
+
+    assert [without_duration(entry) for entry in logs] == [scored_entry(message)]
+    assert result == [
+        {
+            "case_id": "refund-001",
+            "input_hash": input_hash(AttributionResult.model_validate(message)),
+            "status": "scored",
+            "cache": "miss",
+        }
+    ]
+
+
+def test_a_metric_invalid_message_is_scored_invalid_never_zero(
+    message_dict: MessageFactory,
+) -> None:
+    """An unknown supported ID: a `scored` record with status invalid, value None, owner data."""
+    message = message_dict(required_claim_ids=["c1"], supported_claim_ids=["old-c1"])
+
+    _, logs = run(score, message)
+
+    assert [without_duration(entry) for entry in logs] == [
+        scored_entry(
+            message,
+            value=None,
+            reason=UNKNOWN_ID_REASON,
+            status="invalid",
+            owner="evaluation-data",
+        )
+    ]
+
+
+def test_a_message_failing_the_schema_is_rejected_and_dead_lettered_whole(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """No grader: a `rejected` record naming the field, and the message kept in dead letters."""
+    message = message_dict()
+    del message["grader"]
+
+    result, logs = run(score, message)
+
+    assert [without_duration(entry) for entry in logs] == [
+        rejected_entry(
+            "schema: grader: Field required",
+            case_id="refund-001",
+            task_name="evidence_coverage.score",
+            retries=0,
+            redelivered=False,
+        )
+    ]
+    (letter,) = store.dead_letters()
+    assert (letter.error, json.loads(letter.body), letter.task_id, letter.received_at) == (
+        "schema: grader: Field required",
+        message,
+        "task-1",
+        FIXED_NOW,
+    )
+    assert result == [
+        {"case_id": "refund-001", "input_hash": None, "status": "invalid", "cache": None}
+    ]
+
+
+def test_a_repeated_message_is_a_hit_carrying_the_first_outcome(
+    message_dict: MessageFactory,
+) -> None:
+    """The same inputs twice: the second record is a `hit` with the observed outcome beside it."""
+    message = message_dict()
+    run(score, message, task_id="task-0")
+
+    _, logs = run(score, message)
+
+    assert [without_duration(entry) for entry in logs] == [
+        scored_entry(message, cache="hit", observed_value=2 / 3, observed_reason=TWO_THIRDS_REASON)
+    ]
+
+
+def test_score_batch_records_each_message_in_order(message_dict: MessageFactory) -> None:
+    """A batch of a valid, a bad and a repeated message: three records, in input order."""
+    valid = message_dict()
+    bad = {"case_id": "broken"}
+
+    result, logs = run(score_batch, [valid, bad, valid])
+
+    assert [(entry["event"], entry["case_id"], entry["cache"]) for entry in logs] == [
+        ("evidence_coverage.scored", "refund-001", "miss"),
+        ("evidence_coverage.rejected", "broken", None),
+        ("evidence_coverage.scored", "refund-001", "hit"),
+    ]
+    assert [summary["status"] for summary in result] == ["scored", "invalid", "scored"]
+
+
+def test_score_batch_rejects_an_argument_that_is_not_a_list(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """score_batch with one message instead of a list: one `rejected` record, one dead letter."""
+    message = message_dict()
+
+    _, logs = run(score_batch, message)
+
+    assert [without_duration(entry) for entry in logs] == [
+        rejected_entry("score_batch takes a list of messages, got dict", case_id="refund-001")
+    ]
+    (letter,) = store.dead_letters()
+    assert (letter.error, json.loads(letter.body)) == (
+        "score_batch takes a list of messages, got dict",
+        message,
+    )
+
+
+# The redelivery bound
+
+
+def test_a_message_redelivered_more_than_max_deliveries_times_is_rejected(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """Redelivery number MAX_DELIVERIES + 1 of one task id is dead-lettered, not scored again."""
+    message = message_dict()
+    caches = [run(score, message, redelivered=True)[1][0]["cache"] for _ in range(MAX_DELIVERIES)]
+
+    _, logs = run(score, message, redelivered=True)
+
+    reason = (
+        f"delivered {MAX_DELIVERIES + 1} times without completing "
+        f"(limit EVIDENCE_MAX_DELIVERIES={MAX_DELIVERIES})"
+    )
+    assert caches == ["miss", "hit"]
+    assert [without_duration(entry) for entry in logs] == [
+        rejected_entry(
+            reason,
+            case_id="refund-001",
+            task_name="evidence_coverage.score",
+            retries=0,
+            redelivered=True,
+        )
+    ]
+    assert [letter.error for letter in store.dead_letters()] == [reason]
+
+
+def test_first_deliveries_never_count_towards_the_bound(message_dict: MessageFactory) -> None:
+    """Only redeliveries are counted: the same task id delivered fresh stays scored."""
+    message = message_dict()
+
+    events = [run(score, message)[1][0]["event"] for _ in range(MAX_DELIVERIES + 2)]
+
+    assert events == ["evidence_coverage.scored"] * (MAX_DELIVERIES + 2)
+
+
+def test_redeliveries_are_counted_per_task_id(message_dict: MessageFactory) -> None:
+    """Another task id carrying the same message starts its own count."""
+    message = message_dict()
+    for _ in range(MAX_DELIVERIES):
+        run(score, message, task_id="task-a", redelivered=True)
+
+    _, logs = run(score, message, task_id="task-b", redelivered=True)
+
+    assert [(entry["event"], entry["cache"]) for entry in logs] == [
+        ("evidence_coverage.scored", "hit")
+    ]
+
+
+# Delivery settings and task options (issue 3, deliverable 1)
+
+
+def test_celery_config_has_the_delivery_settings_for_an_idempotent_task() -> None:
+    """Late acks, requeue on worker loss, JSON only, visibility timeout wherever Celery reads it."""
+    config = celery_config(Settings(visibility_timeout_seconds=42))
+
+    transport = {
+        "visibility_timeout": 42,
+        "unacked_restore_interval": 5,
+        "unacked_restore_throttle": 1,
+    }
+    assert {
+        key: config[key]
+        for key in (
+            "task_acks_late",
+            "task_reject_on_worker_lost",
+            "accept_content",
+            "result_accept_content",
+            "task_serializer",
+            "result_serializer",
+            "event_serializer",
+            "worker_prefetch_multiplier",
+            "broker_transport_options",
+            "result_backend_transport_options",
+            "worker_cancel_long_running_tasks_on_connection_loss",
+            "worker_deduplicate_successful_tasks",
+        )
+    } == {
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "worker_prefetch_multiplier": 4,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_deduplicate_successful_tasks": False,
+    }
+
+
+def test_the_default_visibility_timeout_is_five_minutes() -> None:
+    """EVIDENCE_VISIBILITY_TIMEOUT_SECONDS unset: 300 s in broker and result backend options."""
+    config = celery_config(Settings())
+
+    assert config["broker_transport_options"]["visibility_timeout"] == 300
+    assert config["result_backend_transport_options"]["visibility_timeout"] == 300
+
+
+def test_the_unacked_restore_sweep_fits_the_redelivery_promise() -> None:
+    """kombu's sweep interval times its throttle stays within the promised 30 s after timeout."""
+    options = celery_config(Settings())["broker_transport_options"]
+
+    assert options["unacked_restore_interval"] * options["unacked_restore_throttle"] <= 30
+
+
+@pytest.mark.parametrize("task", [score, score_batch], ids=["score", "score_batch"])
+def test_tasks_retry_transient_errors_only_with_backoff_and_jitter(task: Task) -> None:
+    """autoretry_for is exactly (TransientError,), with exponential backoff capped and jittered."""
+    assert (
+        task.autoretry_for,
+        task.retry_backoff,
+        task.retry_backoff_max,
+        task.retry_jitter,
+        task.max_retries,
+    ) == ((TransientError,), True, 60, True, 20)
+
+
+@pytest.mark.parametrize("task", [score, score_batch], ids=["score", "score_batch"])
+def test_tasks_acknowledge_late_and_are_requeued_when_their_worker_is_lost(task: Task) -> None:
+    """The app's late-ack settings reach the registered tasks."""
+    assert (task.acks_late, task.reject_on_worker_lost) == (True, True)
+
+
+@pytest.fixture
+def eager() -> Iterator[None]:
+    """Celery's eager mode (tasks and their retries run in-process), restored afterwards."""
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = previous
+
+
+@pytest.mark.usefixtures("eager")
+def test_a_transient_store_error_is_retried_until_the_outcome_is_recorded(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """Redis unreachable twice, then back: retried, and recorded exactly once."""
+    message = message_dict()
+    store.failures = 2
+
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        result = score.apply(args=[message], task_id="task-1")
+
+    assert result.successful()
+    assert [(entry["event"], entry["cache"], entry["retries"]) for entry in logs] == [
+        ("evidence_coverage.scored", "miss", 2)
+    ]
+    history = store.history(input_hash(AttributionResult.model_validate(message)))
+    assert history is not None
+    assert history.total_attempts == 1
+
+
+@pytest.mark.usefixtures("eager")
+def test_a_store_that_stays_unreachable_fails_the_task_after_max_retries(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """After max_retries the TransientError surfaces; nothing was recorded or logged as scored."""
+    store.failures = score.max_retries + 1
+
+    with capture_logs() as logs:
+        result = score.apply(args=[message_dict()], task_id="task-1")
+
+    assert result.failed()
+    assert isinstance(result.result, TransientError)
+    assert logs == []
+    assert store.failures == 0
+
+
+def test_a_transient_error_outside_a_worker_is_raised_to_the_caller(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """Called directly (no worker request), the task raises the TransientError itself."""
+    store.failures = 1
+
+    with pytest.raises(TransientError, match="Redis unreachable"):
+        score(message_dict())
+
+
+# WebhookSender against a local HTTP server
+
+
+class RecordingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers POSTs with the server's next status and keeps each JSON body."""
+
+    def do_POST(self) -> None:  # http.server dispatches on this name
+        length = int(self.headers["Content-Length"])
+        server: RecordingServer = self.server  # type: ignore[assignment]
+        server.bodies.append(json.loads(self.rfile.read(length)))
+        status = server.statuses.pop(0) if len(server.statuses) > 1 else server.statuses[0]
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        """Keep the test output quiet."""
+
+
+class RecordingServer(http.server.ThreadingHTTPServer):
+    def __init__(self, statuses: list[int]) -> None:
+        super().__init__(("127.0.0.1", 0), RecordingHandler)
+        self.statuses = statuses
+        self.bodies: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/alerts"
+
+
+@pytest.fixture
+def webhook_server() -> Iterator[Callable[..., RecordingServer]]:
+    """Factory: a server answering with `statuses` in turn (the last one repeats)."""
+    servers: list[RecordingServer] = []
+
+    def start(*statuses: int) -> RecordingServer:
+        server = RecordingServer(list(statuses))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+PAYLOAD = {"event": "evidence_coverage.nondeterminism", "input_hash": "a" * 64}
+
+
+def deliver(url: str, *, retries: int = 3) -> list[dict[str, Any]]:
+    """Send one payload and close (which waits for delivery); return the captured log."""
+    with capture_logs() as logs:
+        sender = WebhookSender(url, timeout_seconds=2.0, retries=retries)
+        sender.send(PAYLOAD)
+        sender.close(timeout=10.0)
+    return logs
+
+
+def test_a_webhook_answering_200_gets_one_post_of_the_payload(
+    webhook_server: Callable[..., RecordingServer],
+) -> None:
+    """Success on the first try: one POST carrying the alert JSON, no warning."""
+    server = webhook_server(200)
+
+    logs = deliver(server.url)
+
+    assert (server.bodies, logs) == ([PAYLOAD], [])
+
+
+def test_a_webhook_answering_500_is_retried_until_it_succeeds(
+    webhook_server: Callable[..., RecordingServer],
+) -> None:
+    """500, 500, then 200: three POSTs and no warning."""
+    server = webhook_server(500, 500, 200)
+
+    logs = deliver(server.url)
+
+    assert (server.bodies, logs) == ([PAYLOAD] * 3, [])
+
+
+def test_a_webhook_that_keeps_failing_is_given_up_after_its_retries(
+    webhook_server: Callable[..., RecordingServer],
+) -> None:
+    """Always 500: exactly `retries` POSTs, then one webhook_failed warning."""
+    server = webhook_server(500)
+
+    logs = deliver(server.url, retries=2)
+
+    assert server.bodies == [PAYLOAD] * 2
+    assert logs == [
+        {
+            "event": "evidence_coverage.webhook_failed",
+            "log_level": "warning",
+            "input_hash": "a" * 64,
+            "attempts": 2,
+            "problem": "HTTP 500",
+        }
+    ]
+
+
+def test_a_client_error_from_the_webhook_is_not_retried(
+    webhook_server: Callable[..., RecordingServer],
+) -> None:
+    """A 4xx means the request itself is wrong: one POST, no retry, no warning."""
+    server = webhook_server(404)
+
+    logs = deliver(server.url)
+
+    assert (server.bodies, logs) == ([PAYLOAD], [])
+
+
+def test_an_unreachable_webhook_never_raises() -> None:
+    """Connection refused: send() and close() return, and the failure is one warning."""
+    logs = deliver(f"http://127.0.0.1:{unused_port()}/alerts")
+
+    assert logs == [
+        {
+            "event": "evidence_coverage.webhook_failed",
+            "log_level": "warning",
+            "input_hash": "a" * 64,
+            "attempts": 3,
+            "problem": "ConnectError",
+        }
+    ]
