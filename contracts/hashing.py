@@ -7,29 +7,52 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from contracts.messages import AttributionResult, Context, Grader
 from contracts.metric import METRIC_VERSION
 
+HASHED_FIELDS = {"contract_version", "answer", "contexts", "required_claim_ids", "grader"}
+
 
 def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no insignificant whitespace, UTF-8.
+    """Sorted keys, no insignificant whitespace, UTF-8: the bytes of Python's
+    `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
 
-    surrogatepass keeps a lone surrogate (legal in JSON text, not in UTF-8) hashable
-    instead of crashing the worker on a hostile message.
+    orjson writes those bytes about twice as fast once floats are spelled as json spells them
+    (orjson writes 1e-05 as 0.00001). What orjson refuses (lone surrogates, integers beyond 64
+    bits) takes the json path, where surrogatepass keeps a lone surrogate (legal in JSON text,
+    not in UTF-8) hashable instead of crashing the worker on a hostile message.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8", "surrogatepass")
+    try:
+        return orjson.dumps(_floats_spelled_as_json(value), option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return text.encode("utf-8", "surrogatepass")
+
+
+def _floats_spelled_as_json(value: Any) -> Any:
+    """`value` with every float replaced by json's spelling of it, as a ready-made fragment."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return orjson.Fragment(json.dumps(value))
+    if isinstance(value, dict):
+        return {key: _floats_spelled_as_json(child) for key, child in value.items()}
+    if isinstance(value, list | tuple):
+        return [_floats_spelled_as_json(child) for child in value]
+    return value
 
 
 def hash_inputs(message: AttributionResult) -> dict[str, Any]:
-    """Exactly what the hash covers; what the judge produced and metadata are left out."""
-    return judgement_inputs(
-        contract_version=message.contract_version,
-        answer=message.answer,
-        contexts=message.contexts,
-        required_claim_ids=message.required_claim_ids,
-        grader=message.grader,
-    )
+    """Exactly what the hash covers; what the judge produced and metadata are left out.
+
+    The same dict as judgement_inputs(...) of the message's parts, dumped in one call.
+    """
+    inputs = message.model_dump(mode="json", include=HASHED_FIELDS)
+    inputs["metric_version"] = METRIC_VERSION
+    inputs["required_claim_ids"].sort()
+    return inputs
 
 
 def judgement_inputs(

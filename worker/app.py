@@ -31,7 +31,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_SECONDS,
         "unacked_restore_throttle": 1,
     }
-    return {
+    config: dict[str, Any] = {
         "broker_url": settings.broker_url,
         # JSON only, never pickle: a message is data, not code.
         "accept_content": ["json"],
@@ -66,6 +66,24 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_consumer": "worker.app:EvidenceConsumer",
     }
+    broker_ssl = broker_tls_options(settings)
+    if broker_ssl is not None:
+        config["broker_use_ssl"] = broker_ssl
+    return config
+
+
+def broker_tls_options(settings: Settings) -> dict[str, Any] | None:
+    """broker_use_ssl for a rediss:// or amqps:// broker, in its transport's key names.
+
+    Never set for plain URLs: kombu would then speak TLS to a plain server. ssl_* query
+    parameters on a rediss:// URL replace this dict as a whole (kombu does not merge them).
+    """
+    scheme = settings.broker_url.split("://", 1)[0]
+    if scheme == "rediss":
+        return settings.redis_tls_options()
+    if scheme == "amqps":
+        return settings.amqp_tls_options()
+    return None
 
 
 def create_app(settings: Settings | None = None) -> Celery:

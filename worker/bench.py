@@ -53,6 +53,7 @@ class PhaseResult:
     p99_latency_ms: float | None
     peak_rss_mb: float
     rss_samples_mb: list[float] = field(default_factory=list, repr=False)
+    rss_samples_by_process: list[dict[int, float]] = field(default_factory=list, repr=False)
 
 
 def sample_messages(count: int, *, seed: int = 7) -> Iterator[dict[str, Any]]:
@@ -117,16 +118,17 @@ class Rss:
             pending.extend(int(child) for child in children)
         return pids
 
-    def mb(self) -> float:
-        total_kb = 0
+    def by_process(self) -> dict[int, float]:
+        """MB resident per process of the worker (main process and pool children)."""
+        sizes: dict[int, float] = {}
         for pid in self._pids():
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
-                        total_kb += int(line.split()[1])
+                        sizes[pid] = int(line.split()[1]) / 1024
             except OSError:
                 continue
-        return total_kb / 1024
+        return sizes
 
 
 @dataclass
@@ -183,13 +185,16 @@ class Bench:
         for index in range(start, start + count):
             yield self._stamped(pool, index)
 
-    def _stamped(self, pool: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    def _stamped(self, pool: list[dict[str, Any]], index: int) -> str:
+        """One message as its JSON text, stamped: what `publish` and the client send."""
         case_id = f"bench-{index}"
         now = time.time()
         if len(self.published_at) < LATENCY_RECORD_LIMIT:
             self.published_at[case_id] = now
         produced_at = datetime.fromtimestamp(now, UTC).isoformat()
-        return {**pool[index % len(pool)], "case_id": case_id, "produced_at": produced_at}
+        return json.dumps(
+            {**pool[index % len(pool)], "case_id": case_id, "produced_at": produced_at}
+        )
 
     def _publish(self, phase: str, queue: str, start: int, count: int) -> None:
         with self.app.producer_or_acquire() as producer:
@@ -216,7 +221,7 @@ class Bench:
             records_path = Path(out.name)
         worker = self._start_worker(queue, records_path if keep_records else None)
         rss = Rss(worker.pid)
-        samples: list[float] = []
+        samples: list[dict[int, float]] = []
         try:
             feeder = self._feeder(phase, queue, prefill, total)
             started, finished = self._drain(queue, phase, total, rss, samples)
@@ -235,8 +240,9 @@ class Bench:
             us_per_msg=round(seconds / total * 1e6, 1),
             p50_latency_ms=_percentile(latencies, 50),
             p99_latency_ms=_percentile(latencies, 99),
-            peak_rss_mb=round(max(samples, default=0.0), 1),
-            rss_samples_mb=[round(sample, 1) for sample in samples],
+            peak_rss_mb=round(max((sum(s.values()) for s in samples), default=0.0), 1),
+            rss_samples_mb=[round(sum(sample.values()), 1) for sample in samples],
+            rss_samples_by_process=samples,
         )
 
     def _feeder(self, phase: str, queue: str, sent: int, total: int) -> threading.Thread | None:
@@ -261,7 +267,7 @@ class Bench:
         return thread
 
     def _drain(
-        self, queue: str, phase: str, total: int, rss: Rss, samples: list[float]
+        self, queue: str, phase: str, total: int, rss: Rss, samples: list[dict[int, float]]
     ) -> tuple[float, float]:
         """(first take, last ack): from the queue shrinking to it and the unacked set emptying."""
         client = self._redis
@@ -276,7 +282,7 @@ class Bench:
             if started is None and size < initial:
                 started = now
             if started is not None and now >= next_sample:  # steady state only, not start-up
-                samples.append(rss.mb())
+                samples.append(rss.by_process())
                 next_sample = now + RSS_SAMPLE_SECONDS
             if now - last_report > 2.0:
                 self.progress(f"bench: {phase}: {size} tasks queued")
@@ -372,6 +378,14 @@ def rss_growth_pct(samples: list[float]) -> float | None:
     return round((samples[-1] - steady) / steady * 100, 1) if steady else None
 
 
+def process_rss_growth_pct(samples: list[dict[int, float]]) -> float | None:
+    """The largest growth of any one process (a growing child can hide in a flat total)."""
+    pids = {pid for sample in samples for pid in sample}
+    growths = [rss_growth_pct([sample[pid] for sample in samples if pid in sample]) for pid in pids]
+    known = [growth for growth in growths if growth is not None]
+    return max(known) if known else None
+
+
 def summarize(results: list[PhaseResult]) -> dict[str, Any]:
     """Medians over repeats (min/max beside them) and the ratios the targets are stated in."""
     by_phase: dict[str, list[PhaseResult]] = {}
@@ -399,8 +413,15 @@ def summarize(results: list[PhaseResult]) -> dict[str, Any]:
     batch_runs = by_phase.get("batch")
     if batch_runs:
         summary["batch_rss_growth_pct"] = rss_growth_pct(batch_runs[-1].rss_samples_mb)
+        summary["batch_rss_growth_pct_worst_process"] = process_rss_growth_pct(
+            batch_runs[-1].rss_samples_by_process
+        )
     summary["runs"] = [
-        {key: value for key, value in asdict(run).items() if key != "rss_samples_mb"}
+        {
+            key: value
+            for key, value in asdict(run).items()
+            if key not in {"rss_samples_mb", "rss_samples_by_process"}
+        }
         for run in results
     ]
     return summary

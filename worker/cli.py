@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("path", metavar="PATH", help="JSON-lines file, or - for stdin")
     publish.add_argument(
         "--batch",
-        type=int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="send lists of N messages to evidence_coverage.score_batch (default 1: one task each)",
@@ -129,11 +129,27 @@ def build_parser() -> argparse.ArgumentParser:
         "publish-to-record latency, peak RSS and the ratios b/a and c/b. Uses its own queues "
         "and key prefix on the bench broker and deletes them afterwards.",
     )
-    bench.add_argument("--messages", type=int, default=20_000, help="per phase (default 20000)")
-    bench.add_argument("--batch-size", type=int, default=100, help="messages per score_batch")
-    bench.add_argument("--repeat", type=int, default=1, help="runs per phase; medians reported")
-    bench.add_argument("--pool", choices=["prefork", "solo"], default="prefork")
-    bench.add_argument("--concurrency", type=int, default=2)
+    bench.add_argument(
+        "--messages", type=positive_int, default=20_000, help="per phase (default 20000)"
+    )
+    bench.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=100,
+        help="messages per score_batch (default 100)",
+    )
+    bench.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=1,
+        help="runs per phase; medians reported with min/max (default 1)",
+    )
+    bench.add_argument(
+        "--pool", choices=["prefork", "solo"], default="prefork", help="(default prefork)"
+    )
+    bench.add_argument(
+        "--concurrency", type=positive_int, default=2, help="pool processes (default 2)"
+    )
     bench.add_argument(
         "--broker",
         metavar="URL",
@@ -143,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--phases", default="noop,score,batch", help="comma-separated subset of noop,score,batch"
     )
-    bench.add_argument("--micro", action="store_true", help="only the scoring microbenchmark")
+    bench.add_argument(
+        "--micro", action="store_true", help="only the scoring microbenchmark (no services needed)"
+    )
     bench.add_argument("--json", action="store_true", help="print one JSON object")
 
     report = commands.add_parser(
@@ -275,20 +293,22 @@ def cmd_alerts(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
-    if args.batch < 1:
-        raise InputError("--batch must be at least 1")
     from worker.app import create_app
     from worker.publishing import publish_lines
 
     progress = Progress("publish")
-    result = publish_lines(
-        read_jsonl(args.path),
-        app=create_app(settings),
-        queue=settings.queue,
-        batch_size=args.batch,
-        max_message_bytes=settings.max_message_bytes,
-        on_progress=lambda sent: progress.tick(sent - progress.count),
-    )
+    app = create_app(settings)
+    try:
+        result = publish_lines(
+            read_jsonl(args.path),
+            app=app,
+            queue=settings.queue,
+            batch_size=args.batch,
+            max_message_bytes=settings.max_message_bytes,
+            on_progress=lambda sent: progress.tick(sent - progress.count),
+        )
+    finally:
+        app.close()  # its broker connection pool
     for number, reason in result.rejected:
         print(f"{PROG} publish: line {number} not sent: {reason}", file=sys.stderr)
     if result.messages == 0 and not result.rejected:
@@ -314,8 +334,6 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     unknown = sorted(set(phases) - set(PHASES))
     if unknown or not phases:
         raise InputError(f"--phases: unknown phase(s) {','.join(unknown)}; use noop,score,batch")
-    if args.messages < 1 or args.repeat < 1 or args.batch_size < 1 or args.concurrency < 1:
-        raise InputError("--messages, --repeat, --batch-size and --concurrency must be >= 1")
     config = BenchConfig(
         messages=args.messages,
         batch_size=args.batch_size,

@@ -18,6 +18,7 @@ from contracts import Attempt, AttributionResult
 from contracts.hashing import hash_of, judgement_inputs
 from contracts.messages import Context, Grader
 from worker.constants import SCORE, SCORE_BATCH
+from worker.publishing import as_sent
 from worker.settings import Settings, load_settings
 from worker.stores import History, ResultStore, open_store
 
@@ -69,14 +70,17 @@ class EvidenceClient:
         """Validate every message, then send them as one score_batch task; returns its id."""
         return self._send(SCORE_BATCH, [self._validated(message) for message in messages])
 
-    @staticmethod
-    def _validated(message: AttributionResult | Mapping[str, Any]) -> dict[str, Any]:
+    def _validated(self, message: AttributionResult | Mapping[str, Any]) -> Any:
+        """What to send for a message: its JSON text, as `publish` sends a line (see as_sent)."""
         model = (
             message
             if isinstance(message, AttributionResult)
             else AttributionResult.model_validate(message)
         )
-        return model.model_dump(mode="json", exclude_unset=True)
+        return as_sent(
+            model.model_dump_json(exclude_unset=True),
+            max_message_bytes=self.settings.max_message_bytes,
+        )
 
     def _send(self, task: str, payload: Any) -> str:
         if self._app is None:

@@ -68,6 +68,7 @@ def handle(
 ) -> list[Processed]:
     """One Processed per body, in input order; rejected bodies are dead-lettered first."""
     valid: list[tuple[AttributionResult, Delivery]] = []
+    letters: list[DeadLetter] = []
     slots: list[Processed | None] = []
     for body, delivery in bodies:
         try:
@@ -76,7 +77,7 @@ def handle(
         except InputError as error:
             # A field name in the error (an unknown key) may itself hold a lone surrogate.
             reason = storable(str(error))
-            store.dead_letter(
+            letters.append(
                 DeadLetter(
                     received_at=clock(),
                     error=reason,
@@ -89,5 +90,6 @@ def handle(
             continue
         valid.append((parsed, delivery))
         slots.append(None)
+    store.dead_letter(*letters)
     scored = iter(process_many(valid, store=store, policy=policy, clock=clock))
     return [slot if slot is not None else next(scored) for slot in slots]

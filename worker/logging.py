@@ -137,11 +137,15 @@ def get_logger() -> Any:
 
 
 def emit_record(record: ScoreRecord, **context: Any) -> None:
-    """Log one message's record: info when scored, warning when rejected or conflicting."""
+    """Log one message's record: info when scored, warning when rejected or conflicting.
+
+    `context` adds fields or sets record fields known only after it was built (duration_ms).
+    """
     fields = record.model_dump(mode="json", exclude={"event"})
+    fields.update(context)
     log = get_logger()
     method = log.info if record.log_level == "info" else log.warning
-    method(record.event, **fields, **context)
+    method(record.event, **fields)
 
 
 def emit_alert(alert: Alert, **context: Any) -> None:

@@ -58,7 +58,7 @@ class Runtime:
         per_message_ms = (time.perf_counter() - started) * 1000 / max(len(results), 1)
         alerts = 0
         for result in results:
-            emit_record(result.record.model_copy(update={"duration_ms": round(per_message_ms, 3)}))
+            emit_record(result.record, duration_ms=round(per_message_ms, 3))
             if result.alert is not None:
                 self.alerts.raise_alert(result.alert)
                 alerts += 1
@@ -71,16 +71,19 @@ class Runtime:
 
     def reject_all(self, bodies: Sequence[Body], error: str, delivery: Delivery) -> list[Processed]:
         """Dead-letter and record every body as rejected with one error (no scoring)."""
-        results = []
-        for body in bodies:
-            self.store.dead_letter(
+        self.store.dead_letter(
+            *(
                 DeadLetter(
                     received_at=self.clock(),
                     error=error,
                     body=body_text(body),
                     task_id=delivery.task_id,
                 )
+                for body in bodies
             )
+        )
+        results = []
+        for body in bodies:
             record = rejected(error, body=body, policy=self.policy, delivery=delivery)
             emit_record(record)
             results.append(Processed(record=record))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, FilePath, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts import Policy, parse_policy, policy_from_threshold
@@ -46,6 +48,37 @@ class Settings(BaseSettings):
     bench_broker_url: str = "redis://localhost:6379/15"
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     queue: str = "attribution-results"
+    tls_ca_file: FilePath | None = Field(
+        default=None,
+        description="PEM CA bundle that rediss:// and amqps:// servers are checked against",
+    )
+    tls_cert_file: FilePath | None = Field(
+        default=None, description="client certificate (PEM) for mutual TLS"
+    )
+    tls_key_file: FilePath | None = Field(
+        default=None, description="its private key, when not in the certificate file"
+    )
+
+    @field_validator("broker_url")
+    @classmethod
+    def _no_ssl_parameters_on_amqp(cls, value: str) -> str:
+        # kombu hands ssl_* query parameters to py-amqp under names it does not accept, so
+        # the worker would fail on every connection attempt with a TypeError.
+        parts = urlsplit(value)
+        if parts.scheme in {"amqp", "amqps", "pyamqp"} and any(
+            name.startswith("ssl_") for name, _ in parse_qsl(parts.query)
+        ):
+            raise ValueError(
+                "an AMQP URL cannot carry ssl_* query parameters: use amqps:// with "
+                "EVIDENCE_TLS_CA_FILE (and EVIDENCE_TLS_CERT_FILE / EVIDENCE_TLS_KEY_FILE)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _key_needs_certificate(self) -> Settings:
+        if self.tls_key_file is not None and self.tls_cert_file is None:
+            raise ValueError("EVIDENCE_TLS_KEY_FILE needs EVIDENCE_TLS_CERT_FILE")
+        return self
 
     @field_validator("log_format")
     @classmethod
@@ -62,6 +95,30 @@ class Settings(BaseSettings):
         if self.broker_url.startswith(("redis://", "rediss://")):
             return self.broker_url
         return DEFAULT_BROKER_URL
+
+    def redis_tls_options(self) -> dict[str, Any]:
+        """redis-py's TLS arguments for a rediss:// broker or store: the certificate is always
+        checked (kombu alone would not check it), against EVIDENCE_TLS_CA_FILE if set."""
+        options: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+        if self.tls_ca_file is not None:
+            options["ssl_ca_certs"] = str(self.tls_ca_file)
+        if self.tls_cert_file is not None:
+            options["ssl_certfile"] = str(self.tls_cert_file)
+        if self.tls_key_file is not None:
+            options["ssl_keyfile"] = str(self.tls_key_file)
+        return options
+
+    def amqp_tls_options(self) -> dict[str, Any]:
+        """py-amqp's TLS arguments for an amqps:// broker: the certificate is checked, and
+        server_hostname None makes kombu check it names the URL's host."""
+        options: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED, "server_hostname": None}
+        if self.tls_ca_file is not None:
+            options["ca_certs"] = str(self.tls_ca_file)
+        if self.tls_cert_file is not None:
+            options["certfile"] = str(self.tls_cert_file)
+        if self.tls_key_file is not None:
+            options["keyfile"] = str(self.tls_key_file)
+        return options
 
     def embedded_store_url(self) -> str:
         """The one-process commands' store: EVIDENCE_STORE_URL, else a local SQLite file."""

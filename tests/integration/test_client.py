@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -89,6 +90,9 @@ def test_publish_validates_then_sends_one_score_task(
     envelope = json.loads(raw)
     assert envelope["headers"]["task"] == "evidence_coverage.score"
     assert envelope["headers"]["id"] == task_id
+    [text] = task_args(envelope)
+    assert isinstance(text, str)  # the JSON text: the worker validates it without a dict tree
+    assert json.loads(text) == message_dict()
 
 
 def test_publish_rejects_an_invalid_message_before_sending(
@@ -108,4 +112,47 @@ def test_publish_batch_sends_one_score_batch_task(
     client.publish_batch([message_dict(case_id=f"c{n}") for n in range(3)])
 
     [raw] = redis.Redis.from_url(BROKER_DB_URL).lrange(client.settings.queue, 0, -1)
-    assert json.loads(raw)["headers"]["task"] == "evidence_coverage.score_batch"
+    envelope = json.loads(raw)
+    assert envelope["headers"]["task"] == "evidence_coverage.score_batch"
+    [texts] = task_args(envelope)
+    assert [json.loads(text)["case_id"] for text in texts] == ["c0", "c1", "c2"]
+
+
+def test_publish_sends_a_quote_dense_message_near_the_limit_as_an_object(
+    redis_url: str, key_prefix: str, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """As text, a message dense with quotes would grow past the limit once the transport escapes
+    it; such a message goes as the object instead, so the worker's size check still takes it."""
+    queue = f"{key_prefix}-queue"
+    ids = [f"c{n}" for n in range(200)]
+    heavy = message_dict(required_claim_ids=ids, supported_claim_ids=ids[:3])
+    compact = AttributionResult.model_validate(heavy).model_dump_json(exclude_unset=True)
+    limit = len(compact) + 10  # the message fits, its escaped text (one backslash a quote) not
+    assert len(json.dumps(compact)) > limit
+    settings = Settings(
+        broker_url=BROKER_DB_URL,
+        store_url=redis_url,
+        key_prefix=key_prefix,
+        queue=queue,
+        max_message_bytes=limit,
+    )
+    client = EvidenceClient(settings)
+    try:
+        client.publish(heavy)
+        client.publish(message_dict())
+    finally:
+        client.close()
+
+    broker = redis.Redis.from_url(BROKER_DB_URL)
+    raws = broker.lrange(queue, 0, -1)
+    broker.delete(queue)
+    # kombu's Redis transport pushes on the left: the newest task comes first
+    [small], [large] = (task_args(json.loads(raw)) for raw in raws)
+    assert isinstance(small, str)
+    assert large == json.loads(compact)
+
+
+def task_args(envelope: dict[str, Any]) -> list[Any]:
+    """The positional arguments of a task in kombu's Redis envelope (body: base64 JSON)."""
+    args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+    return list(args)

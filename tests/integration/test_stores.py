@@ -394,6 +394,18 @@ def test_dead_letters_round_trip(store: ResultStore) -> None:
     assert store.dead_letters() == letters
 
 
+def test_dead_letters_given_at_once_are_kept_in_order_after_earlier_ones(
+    store: ResultStore,
+) -> None:
+    """dead_letter(a, b, c) (one round trip for a batch's rejects) appends like three calls."""
+    letters = [letter(n) for n in range(1, 5)]
+    store.dead_letter(letters[0])
+    store.dead_letter(*letters[1:])
+    store.dead_letter()
+
+    assert store.dead_letters() == letters
+
+
 def test_dead_letters_limit_keeps_the_newest(store: ResultStore) -> None:
     """dead_letters(limit=N) gives the newest N letters, still oldest first."""
     letters = [letter(n) for n in range(1, 6)]

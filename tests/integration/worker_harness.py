@@ -224,7 +224,10 @@ class Launcher:
         pool: str = "prefork",
         concurrency: int = 2,
         env: dict[str, str] | None = None,
+        command: Sequence[str] | None = None,
     ) -> Worker:
+        """Start a worker on `queue`; `command` replaces the harness's own command line (which
+        sets a unique hostname, pool and concurrency) with a caller's, the Procfile's say."""
         name = f"worker-{len(self.started) + 1}"
         hostname = f"{queue}-{name}@{socket.gethostname()}"
         worker_env = {
@@ -244,7 +247,9 @@ class Launcher:
         stderr_path = self.directory / f"{name}.stderr"
         with stdout_path.open("ab") as stdout, stderr_path.open("ab") as stderr:
             process = subprocess.Popen(
-                worker_command(queue, hostname, pool=pool, concurrency=concurrency),
+                list(command)
+                if command is not None
+                else worker_command(queue, hostname, pool=pool, concurrency=concurrency),
                 cwd=ROOT,
                 env=worker_env,
                 stdin=subprocess.DEVNULL,

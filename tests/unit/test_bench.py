@@ -7,7 +7,14 @@ from collections import Counter
 import pytest
 
 from contracts import input_hash
-from worker.bench import PhaseResult, _percentile, rss_growth_pct, sample_messages, summarize
+from worker.bench import (
+    PhaseResult,
+    _percentile,
+    process_rss_growth_pct,
+    rss_growth_pct,
+    sample_messages,
+    summarize,
+)
 from worker.errors import InputError
 from worker.pipeline import parse_message, score
 
@@ -68,6 +75,17 @@ def test_rss_growth_from_steady_state() -> None:
 
     assert rss_growth_pct(samples) == 5.0
     assert rss_growth_pct([1.0, 2.0]) is None
+
+
+def test_process_rss_growth_is_the_worst_single_process() -> None:
+    """A child growing 50% is reported even when the total of all processes looks flat."""
+    flat, growing = 300.0, 100.0
+    samples = [{1: flat, 2: growing, 3: 100.0} for _ in range(19)]
+    samples.append({1: flat, 2: growing * 1.5, 3: 100.0})
+
+    assert process_rss_growth_pct(samples) == 50.0
+    assert rss_growth_pct([sum(sample.values()) for sample in samples]) == 10.0
+    assert process_rss_growth_pct([]) is None
 
 
 def _run(phase: str, rate: float) -> PhaseResult:

@@ -23,8 +23,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contracts import AttributionResult, input_hash
+from contracts.hashing import canonical_json, hash_inputs, judgement_inputs
 
 MessageFactory = Callable[..., AttributionResult]
 
@@ -275,3 +278,58 @@ def test_nested_param_order_does_not_matter(message: MessageFactory) -> None:
     second = _grader_with(params={"b": 0.5, "a": {"y": [1.5, 2], "x": 1}})
 
     assert input_hash(message(grader=first)) == input_hash(message(grader=second))
+
+
+def json_reference(value: Any) -> bytes:
+    """SPEC §3's encoding, spelled out with the standard library alone."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)  # past 64 bits: orjson refuses those
+    | st.floats()  # NaN, infinities, subnormals and every exponent json spells its own way
+    | st.text(),  # lone surrogates, control characters, U+2028, astral planes
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(value=JSON_VALUES)
+def test_canonical_json_writes_exactly_the_json_module_s_bytes(value: Any) -> None:
+    """The fast encoder and the standard library agree byte for byte on any JSON value."""
+    assert canonical_json(value) == json_reference(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param({"t": 1e-05}, b'{"t":1e-05}', id="small-float-in-exponent-form"),
+        pytest.param([1e16, -0.0], b"[1e+16,-0.0]", id="large-float-and-negative-zero"),
+        pytest.param(float("nan"), b"NaN", id="nan"),
+        pytest.param(2**64, b"18446744073709551616", id="integer-beyond-64-bits"),
+        pytest.param("\ud800", b'"\xed\xa0\x80"', id="lone-surrogate-kept"),
+        pytest.param({"b": 1, "a": "\u00e9"}, '{"a":"\u00e9","b":1}'.encode(), id="sorted-utf8"),
+    ],
+)
+def test_canonical_json_spells_the_awkward_values_like_json(value: Any, expected: bytes) -> None:
+    assert canonical_json(value) == expected
+
+
+def test_hash_inputs_of_a_message_equal_judgement_inputs_of_its_parts(
+    message: MessageFactory,
+) -> None:
+    """The worker's one-call dump and the upstream client's parts give one dict, so one hash."""
+    sample = message(required_claim_ids=["c2", "C1", "c2"])
+    assert hash_inputs(sample) == judgement_inputs(
+        contract_version=sample.contract_version,
+        answer=sample.answer,
+        contexts=sample.contexts,
+        required_claim_ids=sample.required_claim_ids,
+        grader=sample.grader,
+    )

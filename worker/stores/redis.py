@@ -229,15 +229,20 @@ class RedisStore:
             for text in self._newest(alerts_key(self.prefix), b"alert", limit)
         ]
 
-    def dead_letter(self, letter: DeadLetter) -> None:
-        self._call(
-            lambda: self.client.xadd(
-                dead_letters_key(self.prefix),
-                {"letter": letter.model_dump_json()},
-                maxlen=MAX_DEAD_LETTERS,
-                approximate=True,
-            )
-        )
+    def dead_letter(self, *letters: DeadLetter) -> None:
+        def run() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            for letter in letters:
+                pipe.xadd(
+                    dead_letters_key(self.prefix),
+                    {"letter": letter.model_dump_json()},
+                    maxlen=MAX_DEAD_LETTERS,
+                    approximate=True,
+                )
+            pipe.execute()
+
+        if letters:
+            self._call(run)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         return [

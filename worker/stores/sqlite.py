@@ -172,10 +172,13 @@ class SQLiteStore:
         )
         return [Alert.model_validate_json(text) for (text,) in rows]
 
-    def dead_letter(self, letter: DeadLetter) -> None:
+    def dead_letter(self, *letters: DeadLetter) -> None:
+        if not letters:
+            return
         self._db.execute("BEGIN IMMEDIATE")
-        self._db.execute(
-            "INSERT INTO dead_letters (letter) VALUES (?)", (letter.model_dump_json(),)
+        self._db.executemany(
+            "INSERT INTO dead_letters (letter) VALUES (?)",
+            [(letter.model_dump_json(),) for letter in letters],
         )
         self._db.execute(
             "DELETE FROM dead_letters WHERE id <= (SELECT MAX(id) FROM dead_letters) - ?",
