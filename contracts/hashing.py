@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,16 +33,29 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _floats_spelled_as_json(value: Any) -> Any:
-    """`value` with every float replaced by json's spelling of it, as a ready-made fragment."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float):
-        return orjson.Fragment(json.dumps(value))
+    """`value` with every float replaced by json's spelling of it, as a ready-made fragment.
+
+    Strings, most of a message, are passed over without a call: this runs on every message.
+    """
     if isinstance(value, dict):
-        return {key: _floats_spelled_as_json(child) for key, child in value.items()}
+        return {
+            key: child if type(child) is str else _floats_spelled_as_json(child)
+            for key, child in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [_floats_spelled_as_json(child) for child in value]
+        return [child if type(child) is str else _floats_spelled_as_json(child) for child in value]
+    if isinstance(value, float):
+        return orjson.Fragment(json_float(value))
     return value
+
+
+def json_float(value: float) -> str:
+    """How json.dumps writes a float (its floatstr): repr, or NaN/Infinity/-Infinity."""
+    if math.isfinite(value):
+        return float.__repr__(value)
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
 
 
 def hash_inputs(message: AttributionResult) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import partial
 from importlib.metadata import version
 from typing import Final
 
@@ -27,21 +26,26 @@ def _join(ids: Iterable[str]) -> str:
     return ",".join(sorted(ids))
 
 
-def evaluate(
+def score_pair(
     required_claim_ids: Sequence[str],
     supported_claim_ids: Sequence[str],
-    invalid_prefix: str = "",
+    invalid_prefix: str = RAGAS_ERROR_PREFIX,
 ) -> tuple[float | None, str]:
     """Apply SPEC §1's rules in order: (value, reason), or (None, prefix + first broken rule).
 
-    A valid value is always within 0..1: supported is a duplicate-free subset of required.
+    The worker's path: exactly evidence_coverage.score()'s (value, reason), without Ragas's
+    per-call cost (a pydantic model and an event loop per call, ~0.5 ms). Invalid rows carry
+    Ragas's words around the exception (the metric itself passes no prefix: Ragas adds it).
+    Ragas's range check cannot fire: a valid value is always within 0..1, supported being a
+    duplicate-free subset of required. Inputs must already be lists of str (the message models
+    guarantee it). Equivalence with .score() is a property test over generated inputs.
     """
-    required = [claim_id.strip() for claim_id in required_claim_ids]
-    supported = [claim_id.strip() for claim_id in supported_claim_ids]
-    required_set, supported_set = set(required), set(supported)
-    n_required, n_supported = len(required), len(supported)
-    # One pass of set arithmetic decides whether any rule is broken; only then are the rules
-    # walked in order to name the first one (the common valid row never pays for that).
+    required_set = {claim_id.strip() for claim_id in required_claim_ids}
+    supported_set = {claim_id.strip() for claim_id in supported_claim_ids}
+    n_required, n_supported = len(required_claim_ids), len(supported_claim_ids)
+    # One pass of set arithmetic decides whether any rule is broken (a set shorter than its
+    # list: a duplicate once stripped); only then are the rules walked in order to name the
+    # first one (the common valid row never pays for that).
     if (
         n_required
         and len(required_set) == n_required
@@ -51,9 +55,15 @@ def evaluate(
         and supported_set <= required_set
     ):
         missing = required_set - supported_set
-        missing_text = ",".join(sorted(missing)) if missing else "none"
+        # sorted() only when there is an order to fix: many rows miss one claim or none.
+        if len(missing) > 1:
+            missing_text = ",".join(sorted(missing))
+        else:
+            missing_text = missing.pop() if missing else "none"
         reason = f"supported={n_supported}; required={n_required}; missing={missing_text}"
         return n_supported / n_required, reason
+    required = [claim_id.strip() for claim_id in required_claim_ids]
+    supported = [claim_id.strip() for claim_id in supported_claim_ids]
     return None, invalid_prefix + _first_broken_rule(required, supported, required_set)
 
 
@@ -84,18 +94,10 @@ def evidence_coverage(
     Invalid rows raise, so Ragas returns them as MetricResult(value=None, reason=...):
     returning value=None ourselves would be replaced by Ragas's range-check message.
     """
-    value, reason = evaluate(required_claim_ids, supported_claim_ids)
+    value, reason = score_pair(required_claim_ids, supported_claim_ids, invalid_prefix="")
     if value is None:
         raise InvalidClaims(reason)
     return MetricResult(value=value, reason=reason)
-
-
-# The worker's path: exactly evidence_coverage.score()'s (value, reason), without Ragas's
-# per-call cost (a pydantic model and an event loop per call, ~0.5 ms). Invalid rows carry
-# Ragas's words around the exception; Ragas's range check cannot fire (see evaluate()).
-# Inputs must already be lists of str (the message models guarantee it). Equivalence with
-# .score() is a property test over generated inputs.
-score_pair = partial(evaluate, invalid_prefix=RAGAS_ERROR_PREFIX)
 
 
 def score_claims(

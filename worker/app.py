@@ -65,6 +65,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_redirect_stdouts": False,
         "worker_hijack_root_logger": False,
         "worker_consumer": "worker.app:EvidenceConsumer",
+        # prefork, but each child's next task already waits in its pipe: no idle gap between
+        # our short tasks (worker/pool.py). `--pool solo` on the command line still wins.
+        "worker_pool": "worker.pool:PrefetchingTaskPool",
     }
     broker_ssl = broker_tls_options(settings)
     if broker_ssl is not None:

@@ -1,7 +1,8 @@
 """`evidence-worker bench`: drain throughput of noop, score and score_batch, as ratios.
 
-Each phase pre-fills its own queue, starts its own worker subprocess with the same settings,
-and times the drain from the first message taken to the last one acknowledged. Ratios within
+Each phase starts its own worker subprocess with the same settings, warms it up on a few tasks
+of the phase, pre-fills its own queue, points the worker at it and times the drain from the
+first message taken to the last one acknowledged: steady state, without start-up. Ratios within
 one run are what we report; absolute numbers depend on the machine.
 """
 
@@ -36,8 +37,10 @@ TASKS = {"noop": NOOP, "score": SCORE, "batch": SCORE_BATCH}
 DEFAULT_BENCH_BROKER = "redis://localhost:6379/15"
 MAX_QUEUED_MESSAGES = 50_000  # the feeder keeps at most this many messages waiting
 LATENCY_RECORD_LIMIT = 200_000  # beyond this, records go to /dev/null (memory runs)
-POLL_SECONDS = 0.002
+POLL_SECONDS = 0.01  # ±10 ms on drains of seconds; rarer checks leave the broker to the worker
 RSS_SAMPLE_SECONDS = 0.25
+WARM_UP_TASKS_PER_PROCESS = 8  # twice the prefetch: every pool process has run tasks before timing
+WORKER_START_SECONDS = 60.0
 
 
 @dataclass
@@ -214,15 +217,20 @@ class Bench:
 
     def _phase(self, phase: str, queue: str) -> PhaseResult:
         total = self.config.messages
-        prefill = min(total, MAX_QUEUED_MESSAGES)
-        self._publish(phase, queue, 0, prefill)
         keep_records = total <= LATENCY_RECORD_LIMIT and phase != "noop"
         with tempfile.NamedTemporaryFile("w+b", suffix=".jsonl", delete=False) as out:
             records_path = Path(out.name)
-        worker = self._start_worker(queue, records_path if keep_records else None)
+        node = f"{queue}@bench"
+        worker = self._start_worker(
+            f"{queue}-warm-up", node, records_path if keep_records else None
+        )
         rss = Rss(worker.pid)
         samples: list[dict[int, float]] = []
         try:
+            self._warm_up(phase, f"{queue}-warm-up", total)
+            prefill = min(total, MAX_QUEUED_MESSAGES)
+            self._publish(phase, queue, 0, prefill)
+            self._consume(node, queue)
             feeder = self._feeder(phase, queue, prefill, total)
             started, finished = self._drain(queue, phase, total, rss, samples)
             if feeder is not None:
@@ -244,6 +252,27 @@ class Bench:
             rss_samples_mb=[round(sum(sample.values()), 1) for sample in samples],
             rss_samples_by_process=samples,
         )
+
+    def _warm_up(self, phase: str, queue: str, start: int) -> None:
+        """Run a few tasks of the phase through the new worker and wait for their acks, so the
+        timed drain starts on a worker that is up, connected and past its first tasks."""
+        tasks = WARM_UP_TASKS_PER_PROCESS * self.config.concurrency
+        per_task = self.config.batch_size if phase == "batch" else 1
+        self._publish(phase, queue, start, tasks * per_task)
+        self.published_at.clear()  # warm-up records are not part of the latency figures
+        deadline = time.monotonic() + WORKER_START_SECONDS
+        while self._queue_size(queue) or (self._redis is not None and self._redis.hlen("unacked")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bench: {phase}: the worker did not start in time")
+            time.sleep(POLL_SECONDS)
+
+    def _consume(self, node: str, queue: str) -> None:
+        """Point the warm worker at the pre-filled queue (remote control: add_consumer)."""
+        replies = self.app.control.add_consumer(
+            queue, destination=[node], reply=True, timeout=WORKER_START_SECONDS
+        )
+        if not replies:
+            raise TimeoutError(f"bench: worker {node} did not answer add_consumer")
 
     def _feeder(self, phase: str, queue: str, sent: int, total: int) -> threading.Thread | None:
         """For runs larger than the queue cap: top the queue up while the worker drains it."""
@@ -292,7 +321,7 @@ class Bench:
             time.sleep(POLL_SECONDS)
         raise TimeoutError(f"bench: {phase} did not drain in time")
 
-    def _start_worker(self, queue: str, records: Path | None) -> subprocess.Popen[bytes]:
+    def _start_worker(self, queue: str, node: str, records: Path | None) -> subprocess.Popen[bytes]:
         env = {
             **os.environ,
             "EVIDENCE_BROKER_URL": self.config.broker_url,
@@ -309,6 +338,8 @@ class Bench:
             "worker.app",
             "--quiet",
             "worker",
+            "--hostname",
+            node,
             "--queues",
             queue,
             "--pool",

@@ -17,13 +17,12 @@ from contracts.metric import score_pair
 
 def raw_set_arithmetic(required: Sequence[str], supported: Sequence[str]) -> float | None:
     """The rules as bare set arithmetic: value or None, no reasons."""
-    required_ids = [claim_id.strip() for claim_id in required]
-    supported_ids = [claim_id.strip() for claim_id in supported]
-    required_set, supported_set = set(required_ids), set(supported_ids)
+    required_set = {claim_id.strip() for claim_id in required}
+    supported_set = {claim_id.strip() for claim_id in supported}
     if (
-        not required_ids
-        or len(required_set) != len(required_ids)
-        or len(supported_set) != len(supported_ids)
+        not required
+        or len(required_set) != len(required)
+        or len(supported_set) != len(supported)
         or "" in required_set
         or "" in supported_set
         or not supported_set <= required_set

@@ -132,8 +132,22 @@ def configure_logging(
     )
 
 
+_bound: tuple[object, object, Any] | None = None  # (processors, logger factory, logger)
+
+
 def get_logger() -> Any:
-    return structlog.get_logger("evidence_coverage")
+    """The evidence_coverage logger, bound once per structlog configuration.
+
+    structlog.get_logger() returns a new lazy proxy that builds a new logger on first use,
+    ~4 µs on every record; this one is rebuilt only when structlog is configured anew
+    (configure_logging, a test's capture_logs), which replaces the processors list.
+    """
+    global _bound  # noqa: PLW0603 - one per configuration by design
+    config = structlog.get_config()
+    processors, factory = config["processors"], config["logger_factory"]
+    if _bound is None or _bound[0] is not processors or _bound[1] is not factory:
+        _bound = (processors, factory, structlog.get_logger("evidence_coverage").bind())
+    return _bound[2]
 
 
 def emit_record(record: ScoreRecord, **context: Any) -> None:

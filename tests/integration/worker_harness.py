@@ -184,7 +184,9 @@ class Worker:
         )
 
 
-def worker_command(queue: str, hostname: str, *, pool: str, concurrency: int) -> list[str]:
+def worker_command(
+    queue: str, hostname: str, *, pool: str, concurrency: int, options: Sequence[str] = ()
+) -> list[str]:
     pool_args = ["--pool", "solo"] if pool == "solo" else ["--pool", pool, "-c", str(concurrency)]
     return [
         sys.executable,
@@ -204,6 +206,7 @@ def worker_command(queue: str, hostname: str, *, pool: str, concurrency: int) ->
         "--without-heartbeat",
         "--loglevel",
         "INFO",
+        *options,
     ]
 
 
@@ -225,9 +228,11 @@ class Launcher:
         concurrency: int = 2,
         env: dict[str, str] | None = None,
         command: Sequence[str] | None = None,
+        options: Sequence[str] = (),
     ) -> Worker:
         """Start a worker on `queue`; `command` replaces the harness's own command line (which
-        sets a unique hostname, pool and concurrency) with a caller's, the Procfile's say."""
+        sets a unique hostname, pool and concurrency) with a caller's, the Procfile's say;
+        `options` are added to the harness's own command line."""
         name = f"worker-{len(self.started) + 1}"
         hostname = f"{queue}-{name}@{socket.gethostname()}"
         worker_env = {
@@ -249,7 +254,9 @@ class Launcher:
             process = subprocess.Popen(
                 list(command)
                 if command is not None
-                else worker_command(queue, hostname, pool=pool, concurrency=concurrency),
+                else worker_command(
+                    queue, hostname, pool=pool, concurrency=concurrency, options=options
+                ),
                 cwd=ROOT,
                 env=worker_env,
                 stdin=subprocess.DEVNULL,

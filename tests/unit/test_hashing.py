@@ -312,6 +312,8 @@ def test_canonical_json_writes_exactly_the_json_module_s_bytes(value: Any) -> No
         pytest.param({"t": 1e-05}, b'{"t":1e-05}', id="small-float-in-exponent-form"),
         pytest.param([1e16, -0.0], b"[1e+16,-0.0]", id="large-float-and-negative-zero"),
         pytest.param(float("nan"), b"NaN", id="nan"),
+        pytest.param([float("inf"), -float("inf")], b"[Infinity,-Infinity]", id="infinities"),
+        pytest.param({"k": ["a", {"f": 2.5}]}, b'{"k":["a",{"f":2.5}]}', id="float-under-strings"),
         pytest.param(2**64, b"18446744073709551616", id="integer-beyond-64-bits"),
         pytest.param("\ud800", b'"\xed\xa0\x80"', id="lone-surrogate-kept"),
         pytest.param({"b": 1, "a": "\u00e9"}, '{"a":"\u00e9","b":1}'.encode(), id="sorted-utf8"),

@@ -98,6 +98,24 @@ def lines_of(stream: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
+def test_the_logger_follows_each_new_configuration() -> None:
+    """get_logger() is bound once per configuration: a new stream or capture_logs takes over,
+    and the earlier configuration's stream gets nothing more."""
+    first, second = io.StringIO(), io.StringIO()
+    configure_logging(stream=first)
+    emit_record(score_record(case_id="one"))
+    assert get_logger() is get_logger()
+    configure_logging(stream=second)
+    emit_record(score_record(case_id="two"))
+    with capture_logs() as logs:
+        emit_record(score_record(case_id="three"))
+    emit_record(score_record(case_id="four"))
+
+    assert [line["case_id"] for line in lines_of(first)] == ["one"]
+    assert [line["case_id"] for line in lines_of(second)] == ["two", "four"]
+    assert [entry["case_id"] for entry in logs] == ["three"]
+
+
 # With capture_logs: what is logged, at which level -----------------------------------------
 
 

@@ -1,0 +1,24 @@
+"""The worker's pool: Celery's prefork pool, writing tasks to busy children as well."""
+
+from __future__ import annotations
+
+from celery.concurrency.prefork import TaskPool
+
+# Celery's name for writing a task to any child whose pipe is free (asynpool.SCHED_STRATEGIES).
+FIRST_COME_FIRST_SERVED = "fcfs"
+
+
+class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type hints
+    """prefork, where a child's pipe holds its next task while it runs the current one.
+
+    Celery's default (-Ofair since 4.0) writes a task only to an idle child, so each child
+    waits for the main process between tasks: right for long tasks, which would otherwise
+    queue behind a slow one, but measured here at ~20% of the throughput of short, uniform
+    tasks like ours. The command line offers only `default` and `fair` (both fair), so the
+    pool sets it; an explicit `-O fair` is kept.
+    """
+
+    def on_start(self) -> None:
+        if self.options.get("sched_strategy") in (None, "default"):
+            self.options["sched_strategy"] = FIRST_COME_FIRST_SERVED
+        super().on_start()
