@@ -13,9 +13,9 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
 
     Celery's default (-Ofair since 4.0) writes a task only to an idle child, so each child
     waits for the main process between tasks: right for long tasks, which would otherwise
-    queue behind a slow one, but measured here at ~20% of the throughput of short, uniform
-    tasks like ours. The command line offers only `default` and `fair` (both fair), so the
-    pool sets it; an explicit `-O fair` is kept.
+    queue behind a slow one, but it cost short, uniform tasks like ours ~20% of their
+    throughput in `evidence-worker bench`. The command line offers only `default` and `fair`
+    (both fair), so the pool sets it; an explicit `-O fair` is kept.
     """
 
     def on_start(self) -> None:
