@@ -210,4 +210,15 @@ def _configure_logging(**_: Any) -> None:
     configure_stdlib_logging(settings.log_format, schema=settings.log_schema)
 
 
+@signals.worker_ready.connect  # type: ignore[untyped-decorator]
+def _quiet_shutdown_notice(sender: Any, **_: Any) -> None:
+    """Celery's SIGTERM handler writes `worker: Warm shutdown (MainProcess)` to stdout, a
+    plain-text line in a JSON stream; with JSON logs, the same handler without that line."""
+    if load_settings().log_format != "json":
+        return
+    from celery.apps.worker import install_worker_term_handler
+
+    install_worker_term_handler(sender.controller, verbose=False)
+
+
 app = create_app()
