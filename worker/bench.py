@@ -33,6 +33,7 @@ from worker.constants import NOOP, SCORE, SCORE_BATCH
 from worker.settings import Settings
 
 PHASES = ("noop", "score", "batch")
+RATIOS = {"ratio_score_to_noop": ("score", "noop"), "ratio_batch_to_score": ("batch", "score")}
 TASKS = {"noop": NOOP, "score": SCORE, "batch": SCORE_BATCH}
 DEFAULT_BENCH_BROKER = "redis://localhost:6379/15"
 MAX_QUEUED_MESSAGES = 50_000  # the feeder keeps at most this many messages waiting
@@ -432,14 +433,18 @@ def summarize(results: list[PhaseResult]) -> dict[str, Any]:
         summary[f"{phase}_p50_latency_ms"] = runs[-1].p50_latency_ms
         summary[f"{phase}_p99_latency_ms"] = runs[-1].p99_latency_ms
         summary[f"{phase}_peak_rss_mb"] = max(run.peak_rss_mb for run in runs)
-    if "noop_msgs_per_s" in summary and "score_msgs_per_s" in summary:
-        summary["ratio_score_to_noop"] = round(
-            summary["score_msgs_per_s"] / summary["noop_msgs_per_s"], 3
-        )
-    if "score_msgs_per_s" in summary and "batch_msgs_per_s" in summary:
-        summary["ratio_batch_to_score"] = round(
-            summary["batch_msgs_per_s"] / summary["score_msgs_per_s"], 3
-        )
+    for name, (top, bottom) in RATIOS.items():
+        if top in by_phase and bottom in by_phase:
+            top_runs, bottom_runs = by_phase[top], by_phase[bottom]
+            summary[name] = round(summary[f"{top}_msgs_per_s"] / summary[f"{bottom}_msgs_per_s"], 3)
+            # Each repetition's own ratio (its phases ran minutes apart, not half an hour):
+            # steadier than the ratio of medians when the machine's speed drifts.
+            paired = [
+                a.msgs_per_s / b.msgs_per_s for a, b in zip(top_runs, bottom_runs, strict=True)
+            ]
+            summary[f"{name}_paired"] = round(statistics.median(paired), 3)
+            summary[f"{name}_paired_min"] = round(min(paired), 3)
+            summary[f"{name}_paired_max"] = round(max(paired), 3)
     summary["peak_rss_mb"] = max(run.peak_rss_mb for run in results)
     batch_runs = by_phase.get("batch")
     if batch_runs:

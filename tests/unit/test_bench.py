@@ -124,4 +124,11 @@ def test_summarize_reports_medians_and_ratios() -> None:
     ) == (1100, 1000, 1200)
     assert summary["ratio_score_to_noop"] == round(900 / 1100, 3)
     assert summary["ratio_batch_to_score"] == round(9500 / 900, 3)
+    # repetition by repetition: 900/1000, 880/1200, 920/1100 and 9000/900, 9900/880, 9500/920
+    assert (
+        summary["ratio_score_to_noop_paired"],
+        summary["ratio_score_to_noop_paired_min"],
+        summary["ratio_score_to_noop_paired_max"],
+    ) == (round(920 / 1100, 3), round(880 / 1200, 3), 0.9)
+    assert summary["ratio_batch_to_score_paired"] == round(9500 / 920, 3)
     assert summary["peak_rss_mb"] == 100.0
