@@ -17,8 +17,10 @@ from kombu import Queue as KombuQueue
 from contracts.records import SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import (
+    AMQP_URL,
     Worker,
     check_first_outcomes,
+    check_rabbitmq,
     hash_of,
     send_scores,
 )
@@ -32,17 +34,7 @@ start_worker = harness.start_worker
 publisher = harness.publisher
 store = harness.store
 
-AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 MessageFactory = Callable[..., dict[str, Any]]
-
-
-def check_rabbitmq() -> None:
-    """Fail loudly when RabbitMQ is missing: CI must never turn these tests into skips."""
-    try:
-        with Connection(AMQP_URL, connect_timeout=3) as connection:
-            connection.ensure_connection(max_retries=1)
-    except Exception as error:  # any failure to connect means the same here
-        pytest.fail(f"these tests need RabbitMQ at {AMQP_URL}: {error!r}", pytrace=False)
 
 
 @pytest.fixture

@@ -29,11 +29,13 @@ from kombu import Connection, pools
 
 from contracts.records import SCORED
 from tests.integration.worker_harness import (
+    AMQP_URL,
     POLL_SECONDS,
     STOP_TIMEOUT_SECONDS,
     Launcher,
     Worker,
     check_first_outcomes,
+    check_rabbitmq,
     free_port,
     send_scores,
 )
@@ -46,7 +48,6 @@ from worker.stores.redis import RedisStore
 pytestmark = pytest.mark.integration
 
 PASSWORD = f"tls-s3cret-{uuid.uuid4().hex[:10]}"
-AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 CERTIFICATE_FAILED = "CERTIFICATE_VERIFY_FAILED"
 START_TIMEOUT_SECONDS = 15.0
 # The score is ready in well under a second; the rest is the worker importing Ragas.
@@ -253,15 +254,6 @@ def start_tls_proxy(
 
     wait_until_up(process, log, f"socat TLS proxy on port {port}", connect)
     return port, process
-
-
-def check_rabbitmq() -> None:
-    """Fail loudly when RabbitMQ is missing: CI must never turn these tests into skips."""
-    try:
-        with Connection(AMQP_URL, connect_timeout=3) as connection:
-            connection.ensure_connection(max_retries=1)
-    except Exception as error:  # any failure to connect means the same here
-        pytest.fail(f"these tests need RabbitMQ at {AMQP_URL}: {error!r}", pytrace=False)
 
 
 @pytest.fixture(scope="module")

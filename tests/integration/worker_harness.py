@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from kombu import Connection
 
 from contracts import AttributionResult, input_hash
 from contracts.records import REJECTED, SCORED
@@ -37,6 +38,7 @@ from worker.stores.redis import RedisStore
 ROOT = Path(__file__).resolve().parents[2]
 BROKER_URL = "redis://127.0.0.1:6379/12"
 STORE_URL = "redis://127.0.0.1:6379/14"
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
 RECORD_EVENTS = (SCORED, REJECTED)
 # Generous: the machine may be busy, and a worker imports Ragas before it is ready.
 READY_TIMEOUT_SECONDS = 90.0
@@ -516,3 +518,12 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.kill()
+
+
+def check_rabbitmq() -> None:
+    """Fail loudly when RabbitMQ is missing: CI must never turn these tests into skips."""
+    try:
+        with Connection(AMQP_URL, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1)
+    except Exception as error:  # any failure to connect means the same here
+        pytest.fail(f"these tests need RabbitMQ at {AMQP_URL}: {error!r}", pytrace=False)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import redis
+from pydantic import BaseModel
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -160,14 +161,13 @@ class RedisStore:
         return Recorded(cache="conflict", first=first, alert=alert)
 
     def _add_alerts(self, alerts: Sequence[Alert]) -> None:
+        self._append(alerts_key(self.prefix), "alert", alerts, maxlen=MAX_ALERTS)
+
+    def _append(self, key: str, field: str, entries: Sequence[BaseModel], *, maxlen: int) -> None:
+        """XADD each entry's JSON to a bounded stream, in order, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for alert in alerts:
-            pipe.xadd(
-                alerts_key(self.prefix),
-                {"alert": alert.model_dump_json()},
-                maxlen=MAX_ALERTS,
-                approximate=True,
-            )
+        for entry in entries:
+            pipe.xadd(key, {field: entry.model_dump_json()}, maxlen=maxlen, approximate=True)
         pipe.execute()
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
@@ -230,19 +230,12 @@ class RedisStore:
         ]
 
     def dead_letter(self, *letters: DeadLetter) -> None:
-        def run() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            for letter in letters:
-                pipe.xadd(
-                    dead_letters_key(self.prefix),
-                    {"letter": letter.model_dump_json()},
-                    maxlen=MAX_DEAD_LETTERS,
-                    approximate=True,
-                )
-            pipe.execute()
-
         if letters:
-            self._call(run)
+            self._call(
+                lambda: self._append(
+                    dead_letters_key(self.prefix), "letter", letters, maxlen=MAX_DEAD_LETTERS
+                )
+            )
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         return [
