@@ -99,26 +99,24 @@ class Settings(BaseSettings):
     def redis_tls_options(self) -> dict[str, Any]:
         """redis-py's TLS arguments for a rediss:// broker or store: the certificate is always
         checked (kombu alone would not check it), against EVIDENCE_TLS_CA_FILE if set."""
-        options: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
-        if self.tls_ca_file is not None:
-            options["ssl_ca_certs"] = str(self.tls_ca_file)
-        if self.tls_cert_file is not None:
-            options["ssl_certfile"] = str(self.tls_cert_file)
-        if self.tls_key_file is not None:
-            options["ssl_keyfile"] = str(self.tls_key_file)
-        return options
+        return {
+            "ssl_cert_reqs": ssl.CERT_REQUIRED,
+            **self._tls_files(ca="ssl_ca_certs", cert="ssl_certfile", key="ssl_keyfile"),
+        }
 
     def amqp_tls_options(self) -> dict[str, Any]:
         """py-amqp's TLS arguments for an amqps:// broker: the certificate is checked, and
         server_hostname None makes kombu check it names the URL's host."""
-        options: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED, "server_hostname": None}
-        if self.tls_ca_file is not None:
-            options["ca_certs"] = str(self.tls_ca_file)
-        if self.tls_cert_file is not None:
-            options["certfile"] = str(self.tls_cert_file)
-        if self.tls_key_file is not None:
-            options["keyfile"] = str(self.tls_key_file)
-        return options
+        return {
+            "cert_reqs": ssl.CERT_REQUIRED,
+            "server_hostname": None,
+            **self._tls_files(ca="ca_certs", cert="certfile", key="keyfile"),
+        }
+
+    def _tls_files(self, *, ca: str, cert: str, key: str) -> dict[str, str]:
+        """The TLS files that are set, under one client library's argument names."""
+        files = {ca: self.tls_ca_file, cert: self.tls_cert_file, key: self.tls_key_file}
+        return {name: str(path) for name, path in files.items() if path is not None}
 
     def embedded_store_url(self) -> str:
         """The one-process commands' store: EVIDENCE_STORE_URL, else a local SQLite file."""

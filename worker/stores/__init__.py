@@ -31,26 +31,10 @@ def open_store(url: str, settings: Settings) -> ResultStore:
     if url.startswith(("redis://", "rediss://", "unix://")):
         from worker.stores.redis import RedisStore
 
-        if not url.startswith("rediss://"):
-            return RedisStore.from_url(
-                url,
-                prefix=settings.key_prefix,
-                max_attempts_per_hash=settings.max_attempts_per_hash,
-                ttl_seconds=settings.result_ttl_seconds,
-            )
-        import redis
-
-        # RedisStore.from_url's timeouts, plus the TLS settings (the certificate is always
-        # checked); ssl_* query parameters in the URL win over them (redis-py's from_url).
-        client = redis.Redis.from_url(
+        # rediss://: the TLS settings, the certificate always checked.
+        return RedisStore.from_url(
             url,
-            socket_timeout=10,
-            socket_connect_timeout=5,
-            health_check_interval=30,
-            **settings.redis_tls_options(),
-        )
-        return RedisStore(
-            client,
+            client_options=settings.redis_tls_options() if url.startswith("rediss://") else None,
             prefix=settings.key_prefix,
             max_attempts_per_hash=settings.max_attempts_per_hash,
             ttl_seconds=settings.result_ttl_seconds,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -82,9 +82,17 @@ class RedisStore:
         self._record: Script = client.register_script(RECORD_LUA)
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisStore:
+    def from_url(
+        cls, url: str, *, client_options: Mapping[str, Any] | None = None, **options: Any
+    ) -> RedisStore:
+        """A store on the server at `url`; `client_options` go to redis-py (TLS, say), where
+        ssl_* query parameters in the URL win over them."""
         client = redis.Redis.from_url(
-            url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+            url,
+            socket_timeout=10,
+            socket_connect_timeout=5,
+            health_check_interval=30,
+            **(client_options or {}),
         )
         return cls(client, **options)
 
