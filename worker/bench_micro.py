@@ -24,8 +24,7 @@ def raw_set_arithmetic(required: Sequence[str], supported: Sequence[str]) -> flo
         or len(required_set) != len(required)
         or len(supported_set) != len(supported)
         or "" in required_set
-        or "" in supported_set
-        or not supported_set <= required_set
+        or not supported_set <= required_set  # and so no blank in supported either
     ):
         return None
     return len(supported_set) / len(required_set)

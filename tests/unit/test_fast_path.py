@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contracts import evidence_coverage
-from contracts.metric import score_pair
+from contracts.metric import RAGAS_ERROR_PREFIX, score_pair
 from worker.bench_micro import raw_set_arithmetic
 
 # A small alphabet makes collisions (duplicates, overlaps, unknown IDs) common.
@@ -23,6 +23,43 @@ claim_id = st.one_of(
     st.text(max_size=4),
 )
 id_lists = st.lists(claim_id, max_size=8)
+# Around the 32 claims whose reason prefixes score_pair makes in advance: mostly valid rows
+# (supported a subset of required), some with a repeat or an unknown ID.
+many_ids = st.sampled_from([f"c{n}" for n in range(45)])
+long_id_lists = st.lists(many_ids, min_size=28, max_size=45)
+
+
+@st.composite
+def long_rows(draw: st.DrawFn) -> tuple[list[str], list[str]]:
+    required = draw(st.lists(many_ids, min_size=28, max_size=40, unique=True))
+    supported = draw(st.lists(st.sampled_from(required), unique=True))
+    return required, [*supported, *draw(st.lists(many_ids, max_size=1))]
+
+
+def spec_reference(required_raw: list[str], supported_raw: list[str]) -> tuple[float | None, str]:
+    """SPEC §1 read literally, rule by rule, with lists: the oracle for score_pair's shortcuts."""
+    fields = {
+        "required_claim_ids": [claim_id.strip() for claim_id in required_raw],
+        "supported_claim_ids": [claim_id.strip() for claim_id in supported_raw],
+    }
+    for field, ids in fields.items():
+        if "" in ids:
+            return None, f"{RAGAS_ERROR_PREFIX}{field} contains a blank claim ID"
+        repeated = sorted({claim_id for claim_id in ids if ids.count(claim_id) > 1})
+        if repeated:
+            listed = ",".join(repeated)
+            return None, f"{RAGAS_ERROR_PREFIX}{field} contains duplicate claim IDs: {listed}"
+    required, supported = fields["required_claim_ids"], fields["supported_claim_ids"]
+    if not required:
+        return None, f"{RAGAS_ERROR_PREFIX}required_claim_ids must not be empty"
+    unknown = sorted(claim_id for claim_id in supported if claim_id not in required)
+    if unknown:
+        return None, f"{RAGAS_ERROR_PREFIX}supported_claim_ids contains unknown IDs: " + ",".join(
+            unknown
+        )
+    missing = ",".join(sorted(claim_id for claim_id in required if claim_id not in supported))
+    reason = f"supported={len(supported)}; required={len(required)}; missing={missing or 'none'}"
+    return len(supported) / len(required), reason
 
 
 @pytest.mark.timeout(900)  # 10,000 calls of Ragas's .score() at ~0.5 ms plus generation
@@ -33,6 +70,26 @@ def test_worker_path_equals_ragas_score(required: list[str], supported: list[str
     expected = evidence_coverage.score(required_claim_ids=required, supported_claim_ids=supported)
 
     assert score_pair(required, supported) == (expected.value, expected.reason)
+
+
+@settings(max_examples=3_000, deadline=None)
+@given(required=st.one_of(id_lists, long_id_lists), supported=st.one_of(id_lists, long_id_lists))
+def test_worker_path_follows_the_spec_rule_by_rule(
+    required: list[str], supported: list[str]
+) -> None:
+    """score_pair's set shortcuts give what SPEC §1's rules, read literally, give."""
+    assert score_pair(required, supported) == spec_reference(required, supported)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=long_rows())
+def test_worker_path_equals_ragas_score_for_long_lists(row: tuple[list[str], list[str]]) -> None:
+    """Past the prepared reason prefixes too, score_pair, .score() and the spec agree."""
+    required, supported = row
+    expected = evidence_coverage.score(required_claim_ids=required, supported_claim_ids=supported)
+
+    assert score_pair(required, supported) == (expected.value, expected.reason)
+    assert score_pair(required, supported) == spec_reference(required, supported)
 
 
 @settings(max_examples=2_000, deadline=None)
