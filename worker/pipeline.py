@@ -167,7 +167,7 @@ def build_record(
         task_id=delivery.task_id,
         trace_id=message.trace_id,
         line=delivery.line,
-        **decision.model_dump(),
+        **dict(decision),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from celery.concurrency.prefork import TaskPool
 
 # Celery's name for writing a task to any child whose pipe is free (asynpool.SCHED_STRATEGIES).
@@ -21,4 +23,17 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
     def on_start(self) -> None:
         if self.options.get("sched_strategy") in (None, "default"):
             self.options["sched_strategy"] = FIRST_COME_FIRST_SERVED
+        freeze_imported_objects()
         super().on_start()
+
+
+def freeze_imported_objects() -> None:
+    """Move every object alive now (imports: Ragas, langchain, pydantic schemas, ~280,000
+    objects) out of the cyclic collector's reach, just before the children are forked.
+
+    They live as long as the process anyway. Unfrozen, each full collection re-scans them
+    (~100 ms a time; in-process, 15-20 µs a batch message on average) and writes to their
+    pages, so the forked children stop sharing those pages with the main process.
+    """
+    gc.collect()
+    gc.freeze()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -153,6 +152,7 @@ def test_publish_sends_a_quote_dense_message_near_the_limit_as_an_object(
 
 
 def task_args(envelope: dict[str, Any]) -> list[Any]:
-    """The positional arguments of a task in kombu's Redis envelope (body: base64 JSON)."""
-    args, _kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+    """The positional arguments of a task in kombu's Redis envelope (body: JSON text)."""
+    assert envelope["properties"]["body_encoding"] == "utf-8"
+    args, _kwargs, _embed = json.loads(envelope["body"])
     return list(args)

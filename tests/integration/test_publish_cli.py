@@ -1,14 +1,13 @@
 """`evidence-worker publish` against a real Redis broker: what lands on the queue, what is said.
 
 kombu keeps a Redis queue as a list named after it (LPUSH, so the oldest message is last);
-each element is a JSON envelope whose base64 `body` decodes to Celery's [args, kwargs, embed]
-and whose `headers.task` names the task. Each test publishes to a queue of its own on DB 10,
-which no other test uses, and deletes it afterwards.
+each element is a JSON envelope whose `body` (JSON text: body_encoding utf-8) decodes to
+Celery's [args, kwargs, embed] and whose `headers.task` names the task. Each test publishes
+to a queue of its own on DB 10, which no other test uses, and deletes it afterwards.
 """
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import math
@@ -88,8 +87,8 @@ def queued(queue: str) -> list[Sent]:
     sent = []
     for element in reversed(raw):
         envelope = json.loads(element)
-        assert envelope["properties"]["body_encoding"] == "base64"
-        args, kwargs, _embed = json.loads(base64.b64decode(envelope["body"]))
+        assert envelope["properties"]["body_encoding"] == "utf-8"  # JSON text, not base64
+        args, kwargs, _embed = json.loads(envelope["body"])
         sent.append(Sent(envelope["headers"]["task"], args, kwargs, envelope["content-type"]))
     return sent
 

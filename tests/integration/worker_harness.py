@@ -344,10 +344,14 @@ def publish_raw(
     task_id: str | None = None,
     content_type: str = "application/json",
 ) -> str:
-    """Publish `body` as is, under Celery's own task headers: what a foreign producer sends."""
+    """Publish `body` as is, under Celery's own task headers: what a foreign producer sends.
+
+    On Redis it travels base64-encoded, kombu's default (our own app sends JSON text): any
+    bytes fit, and the worker must read both encodings.
+    """
     task_id = task_id or str(uuid.uuid4())
     envelope = app.amqp.create_task_message(task_id, task, [], {})
-    with app.connection_for_write() as connection:
+    with app.connection_for_write(transport_options={"body_encoding": "base64"}) as connection:
         connection.Producer().publish(
             body,
             exchange="",

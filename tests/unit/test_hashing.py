@@ -16,6 +16,7 @@ outcome is orphaned, so METRIC_VERSION or contract_version must move with it.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contracts import AttributionResult, input_hash
@@ -304,6 +305,21 @@ JSON_VALUES = st.recursive(
 def test_canonical_json_writes_exactly_the_json_module_s_bytes(value: Any) -> None:
     """The fast encoder and the standard library agree byte for byte on any JSON value."""
     assert canonical_json(value) == json_reference(value)
+
+
+# `message` is a stateless factory: sharing it across examples is safe.
+@settings(
+    max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(params=st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=4), answer=st.text())
+def test_input_hash_is_the_sha256_of_json_module_bytes(
+    message: MessageFactory, params: dict[str, Any], answer: str
+) -> None:
+    """The message's hash, which walks only the grader for floats, is SPEC §3's hash of all."""
+    sample = message(answer=answer, grader={**GRADER, "params": params})
+    reference = hashlib.sha256(json_reference(hash_inputs(sample))).hexdigest()
+
+    assert input_hash(sample) == reference
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from contracts import Alert, Attempt, Outcome
+from contracts import Alert, Attempt
 from worker.errors import TransientError
 from worker.stores.base import DeadLetter, History, Recorded
 from worker.stores.keys import (
@@ -59,9 +59,12 @@ return {cache, redis.call('HGET', KEYS[1], 'first')}
 T = TypeVar("T")
 
 
-def outcome_json(outcome: Outcome) -> str:
-    """The string two attempts must share to agree: repr-exact floats, the reason verbatim."""
-    return json.dumps([outcome.value, outcome.reason], ensure_ascii=False)
+def outcome_json(attempt: Attempt) -> str:
+    """The string two attempts must share to agree: repr-exact floats, the reason verbatim.
+
+    Stored beside each first attempt, so it must never change spelling: json.dumps, as ever.
+    """
+    return json.dumps([attempt.value, attempt.reason], ensure_ascii=False)
 
 
 class RedisStore:
@@ -116,7 +119,7 @@ class RedisStore:
                 outcome_key(self.prefix, input_hash),
                 attempts_key(self.prefix, input_hash),
                 attempt_json,
-                outcome_json(attempt.outcome),
+                outcome_json(attempt),
                 self.max_attempts_per_hash,
                 self.ttl_seconds,
             )
