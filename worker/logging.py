@@ -156,8 +156,8 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
     `context` adds fields or sets record fields known only after it was built (duration_ms).
     """
     # Every ScoreRecord field is a JSON value already (str, float, int, bool, None), so the
-    # model's own dict is its JSON dump, at a tenth of model_dump(mode="json")'s cost.
-    fields = dict(record)
+    # model's field values (its __dict__) are its JSON dump, at a tenth of model_dump's cost.
+    fields = record.__dict__.copy()
     del fields["event"]
     fields.update(context)
     log = get_logger()

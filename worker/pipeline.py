@@ -167,7 +167,7 @@ def build_record(
         task_id=delivery.task_id,
         trace_id=message.trace_id,
         line=delivery.line,
-        **dict(decision),
+        **decision.__dict__,  # its field values: what model_dump() would copy
     )
 
 

@@ -446,6 +446,45 @@ def test_record_many_same_new_hash_is_miss_then_conflict(store: ResultStore) -> 
     assert store.alerts() == [alert]
 
 
+def test_record_many_beyond_one_script_call_is_one_by_one(store: ResultStore) -> None:
+    """450 attempts over 150 hashes (more than one Redis script call holds), repeats and
+    changed outcomes interleaved: each result is what recording it alone, in turn, gives."""
+    hashes = [f"{n:064x}" for n in range(150)]
+    items = [
+        (hashes[(n * 7) % 150], attempt(n, value=0.5 if n % 11 == 0 else TWO_THIRDS))
+        for n in range(450)
+    ]
+    firsts: dict[str, Attempt] = {}
+    expected = []
+    for input_hash, item in items:
+        first = firsts.setdefault(input_hash, item)
+        if first is item:
+            expected.append(Recorded(cache="miss", first=item))
+        elif first.value == item.value:
+            expected.append(Recorded(cache="hit", first=first))
+        else:
+            alert = Alert(input_hash=input_hash, first=first, observed=item, raised_at=FIXED_NOW)
+            expected.append(Recorded(cache="conflict", first=first, alert=alert))
+
+    assert store.record_many(items, now=FIXED_NOW) == expected
+    assert [store.history(h).total_attempts for h in hashes] == [3] * 150  # type: ignore[union-attr]
+
+
+def test_record_many_after_script_flush_records_each_attempt_once(
+    make_redis_store: StoreFactory,
+) -> None:
+    """Redis forgot the script (SCRIPT FLUSH, a restart): it is loaded again and each attempt
+    recorded exactly once."""
+    store = make_redis_store()
+    assert isinstance(store, RedisStore)
+    store.client.script_flush()
+
+    results = store.record_many([(HASH, attempt(1)), (OTHER_HASH, attempt(2))], now=FIXED_NOW)
+
+    assert [result.cache for result in results] == ["miss", "miss"]
+    assert [store.history(h).total_attempts for h in (HASH, OTHER_HASH)] == [1, 1]  # type: ignore[union-attr]
+
+
 def test_record_many_keeps_each_message_in_order(store: ResultStore) -> None:
     """A batch over several hashes returns one result per item, in the items' order."""
     store.record(HASH, attempt(1), now=FIXED_NOW)
