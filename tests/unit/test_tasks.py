@@ -334,6 +334,7 @@ def test_celery_config_has_the_delivery_settings_for_an_idempotent_task() -> Non
         "visibility_timeout": 42,
         "unacked_restore_interval": 5,
         "unacked_restore_throttle": 1,
+        "body_encoding": "utf-8",  # JSON bodies as JSON text on Redis, not base64
     }
     assert {
         key: config[key]
