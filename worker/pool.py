@@ -8,11 +8,6 @@ from celery.concurrency.prefork import TaskPool
 
 # Celery's name for writing a task to any child whose pipe is free (asynpool.SCHED_STRATEGIES).
 FIRST_COME_FIRST_SERVED = "fcfs"
-# Allocations between two collections of the young generation (CPython's default: 700). A
-# batch message allocates hundreds of objects that reference counting frees; at 700 the
-# collector ran every few messages: ~10 µs of a batch message's ~100 µs of CPU (in-process,
-# 80,000 messages, gc.callbacks timing), ~4 µs at 20,000.
-GC_YOUNG_THRESHOLD = 20_000
 
 
 class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type hints
@@ -28,20 +23,17 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
     def on_start(self) -> None:
         if self.options.get("sched_strategy") in (None, "default"):
             self.options["sched_strategy"] = FIRST_COME_FIRST_SERVED
-        prepare_collector()
+        freeze_imported_objects()
         super().on_start()
 
 
-def prepare_collector() -> None:
-    """Set the cyclic collector up for many short tasks, just before the children are forked
-    (they inherit it).
+def freeze_imported_objects() -> None:
+    """Move every object alive now (imports: Ragas, langchain, pydantic schemas, ~280,000
+    objects) out of the cyclic collector's reach, just before the children are forked.
 
-    Every object alive now (imports: Ragas, langchain, pydantic schemas, ~280,000 objects)
-    lives as long as the process anyway: frozen, full collections stop re-scanning them
-    (~100 ms a time; in-process, 15-20 µs a batch message on average) and stop writing to
-    their pages, which the forked children then keep sharing with the main process.
+    They live as long as the process anyway. Unfrozen, each full collection re-scans them
+    (~100 ms a time; in-process, 15-20 µs a batch message on average) and writes to their
+    pages, so the forked children stop sharing those pages with the main process.
     """
     gc.collect()
     gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)

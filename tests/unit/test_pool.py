@@ -7,14 +7,14 @@ import gc
 import pytest
 from celery.concurrency.prefork import TaskPool
 
-from worker.pool import FIRST_COME_FIRST_SERVED, GC_YOUNG_THRESHOLD, PrefetchingTaskPool
+from worker.pool import FIRST_COME_FIRST_SERVED, PrefetchingTaskPool
 
 
-def test_the_pool_sets_the_collector_up_before_it_forks(
+def test_the_pool_freezes_what_is_imported_before_it_forks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """When Celery's prefork start-up (the fork) runs, the imported objects are frozen and
-    the young generation is collected every 20,000 allocations instead of 700."""
+    """When Celery's prefork start-up (the fork) runs, the imported objects are frozen; the
+    collector's thresholds stay CPython's (a young generation of 20,000 cost `score` ~10%)."""
     at_fork: list[tuple[int, int]] = []
     monkeypatch.setattr(
         TaskPool,
@@ -22,17 +22,14 @@ def test_the_pool_sets_the_collector_up_before_it_forks(
         lambda _: at_fork.append((gc.get_freeze_count(), gc.get_threshold()[0])),
     )
     pool = PrefetchingTaskPool(limit=1)
-    threshold = gc.get_threshold()
     assert gc.get_freeze_count() == 0
-    assert threshold[0] == 700
     try:
         pool.on_start()
     finally:
         gc.unfreeze()
-        gc.set_threshold(*threshold)
 
     # Ragas, langchain and pydantic alone leave well over 100,000 objects alive.
     assert len(at_fork) == 1
     assert at_fork[0][0] > 100_000
-    assert at_fork[0][1] == GC_YOUNG_THRESHOLD == 20_000
+    assert at_fork[0][1] == 700
     assert pool.options["sched_strategy"] == FIRST_COME_FIRST_SERVED
