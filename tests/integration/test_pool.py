@@ -20,7 +20,13 @@ publisher = harness.publisher
 
 def pool_stats(app: Celery, worker: Worker) -> dict[str, Any]:
     worker.wait_ready()
-    replies = app.control.inspect(destination=[worker.hostname], timeout=5.0).stats()
+    # Asked again if unanswered: on Redis, a broadcast sent before the worker's control
+    # channel subscribed is lost (seen once in a full run on the loaded 2-core VM).
+    replies = None
+    for _ in range(4):
+        replies = app.control.inspect(destination=[worker.hostname], timeout=5.0).stats()
+        if replies:
+            break
     assert replies is not None, f"no stats from {worker}"
     pool: dict[str, Any] = replies[worker.hostname]["pool"]
     return pool
