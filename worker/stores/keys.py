@@ -1,5 +1,6 @@
-"""Every Redis key name in one place. Per-hash keys share a hash tag so one script may touch
-both on Redis Cluster; the alert and dead-letter streams are global and written separately."""
+"""Every Redis key name in one place. Per-hash keys share a hash tag, so a hash's outcome and
+attempts would sit in one Redis Cluster slot; the store's batch script touches many hashes at
+once, though, so it runs on one Redis. The alert and dead-letter streams are global."""
 
 from __future__ import annotations
 
