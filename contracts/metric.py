@@ -68,16 +68,12 @@ def score_pair(
         and "" not in required_set
         and supported_set <= required_set
     ):
-        if n_supported == n_required:  # a duplicate-free subset of the same size: all of it
-            missing_text = "none"
-        else:
-            missing = list(required_set - supported_set)
-            missing.sort()
-            missing_text = ",".join(missing)
+        # supported is a duplicate-free subset of required: of the same size, it is all of it.
+        missing = "none" if n_supported == n_required else _join(required_set - supported_set)
         prefix = _REASON_PREFIXES.get((n_supported, n_required))
         if prefix is None:
             prefix = _reason_prefix(n_supported, n_required)
-        return n_supported / n_required, prefix + missing_text
+        return n_supported / n_required, prefix + missing
     return None, invalid_prefix + _first_broken_rule(
         required_claim_ids, supported_claim_ids, required_set, supported_set
     )
