@@ -1,8 +1,10 @@
 """What an evidence-coverage score means: the metric, messages, input hash and policy. No I/O."""
 
+from typing import Any
+
 from contracts.hashing import input_hash
 from contracts.messages import AttributionResult, Citation, Context, Grader, ReleaseRow
-from contracts.metric import METRIC_VERSION, RAGAS_VERSION, evidence_coverage, score_claims
+from contracts.metric import METRIC_VERSION, RAGAS_VERSION
 from contracts.outcomes import Decision, Outcome
 from contracts.policy import Policy, PolicyError, decide, parse_policy, policy_from_threshold
 from contracts.records import (
@@ -39,3 +41,15 @@ __all__ = [
     "policy_from_threshold",
     "score_claims",
 ]
+
+
+# The Ragas objects load on first use: `import contracts` must not import Ragas.
+_RAGAS_NAMES = frozenset({"evidence_coverage", "score_claims"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RAGAS_NAMES:
+        from contracts import ragas_metric
+
+        return getattr(ragas_metric, name)
+    raise AttributeError(f"module 'contracts' has no attribute {name!r}")

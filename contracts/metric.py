@@ -1,4 +1,9 @@
-"""The evidence-coverage metric: what a coverage number means (SPEC §1)."""
+"""The evidence-coverage rules: what a coverage number means (SPEC §1), without Ragas.
+
+The Ragas metric object wrapping these rules lives in contracts/ragas_metric.py and is
+imported only where it is called (the canary, the equivalence tests): importing Ragas costs
+more than a second of CPU and ~150 MB, and the scoring path never needs it.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from importlib.metadata import version
 from typing import Final
-
-from ragas.metrics import MetricResult, numeric_metric
 
 METRIC_NAME: Final = "evidence_coverage"
 METRIC_VERSION: Final = "evidence_coverage/1"
@@ -99,26 +102,3 @@ def _first_broken_rule(
     if not required_ids:
         return "required_claim_ids must not be empty"
     return f"supported_claim_ids contains unknown IDs: {_join(supported_set - required_set)}"
-
-
-@numeric_metric(name=METRIC_NAME, allowed_values=ALLOWED_RANGE)
-def evidence_coverage(
-    required_claim_ids: list[str], supported_claim_ids: list[str]
-) -> MetricResult:
-    """|supported ∩ required| / |required| over reviewed claim IDs.
-
-    Invalid rows raise, so Ragas returns them as MetricResult(value=None, reason=...):
-    returning value=None ourselves would be replaced by Ragas's range-check message.
-    """
-    value, reason = score_pair(required_claim_ids, supported_claim_ids, invalid_prefix="")
-    if value is None:
-        raise InvalidClaims(reason)
-    return MetricResult(value=value, reason=reason)
-
-
-def score_claims(
-    required_claim_ids: Sequence[str], supported_claim_ids: Sequence[str]
-) -> MetricResult:
-    """score_pair() as a Ragas MetricResult, for callers that want the Ragas shape."""
-    value, reason = score_pair(required_claim_ids, supported_claim_ids)
-    return MetricResult(value=value, reason=reason)

@@ -28,12 +28,12 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
 
 
 def freeze_imported_objects() -> None:
-    """Move every object alive now (imports: Ragas, langchain, pydantic schemas, ~280,000
-    objects) out of the cyclic collector's reach, just before the children are forked.
+    """Move every object alive now (the imported modules, pydantic schemas) out of the cyclic
+    collector's reach, just before the children are forked.
 
-    They live as long as the process anyway. Unfrozen, each full collection re-scans them
-    (~100 ms a time; in-process, 15-20 µs a batch message on average) and writes to their
-    pages, so the forked children stop sharing those pages with the main process.
+    They live as long as the process anyway. Unfrozen, each full collection re-scans them and
+    writes to their pages, so the forked children stop sharing those pages with the main
+    process.
     """
     gc.collect()
     gc.freeze()
