@@ -1,23 +1,26 @@
 """The Celery app: `celery -A worker.app worker`. Delivery settings for an idempotent task.
 
 Every message ends in exactly one record: scored, or rejected and dead-lettered. Messages
-that never reach a task (undecodable or oversize bodies) are caught by EvidenceConsumer.
+that never reach a task (undecodable or oversize bodies) are caught by the consumer
+(worker/consumer.py). The app carries the process's settings, read once, and builds the
+process's service (worker/service.py) on first use; the tasks (worker/tasks.py) and the
+consumer reach both through it, and nothing here imports them.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, signals
-from celery.worker.consumer import Consumer
 
+from worker import metrics
 from worker.settings import Settings, load_settings
 
+if TYPE_CHECKING:
+    from worker.service import Service
+
 RETRY_BACKOFF_MAX_SECONDS = 60
-# Real messages nest about six levels deep (envelope, list, message, contexts, params). Celery
-# pickles decoded arguments for the pool, and pickle runs out of stack a few hundred down.
-MAX_NESTING = 64
 # kombu sweeps the unacked index this often; with throttle 1 a killed worker's messages are
 # back on the queue within visibility_timeout + this, well inside the +30 s we promise.
 UNACKED_RESTORE_INTERVAL_SECONDS = 5
@@ -69,7 +72,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # stdout carries our JSON lines; Celery must not wrap prints into its own logger.
         "worker_redirect_stdouts": False,
         "worker_hijack_root_logger": False,
-        "worker_consumer": "worker.app:EvidenceConsumer",
+        "worker_consumer": "worker.consumer:EvidenceConsumer",
         # prefork, but each child's next task already waits in its pipe: no idle gap between
         # our short tasks (worker/pool.py). `--pool solo` on the command line still wins.
         "worker_pool": "worker.pool:PrefetchingTaskPool",
@@ -94,116 +97,39 @@ def broker_tls_options(settings: Settings) -> dict[str, Any] | None:
     return None
 
 
-def create_app(settings: Settings | None = None) -> Celery:
-    settings = settings or load_settings()
-    celery = Celery("evidence_coverage", include=["worker.tasks"])
-    celery.conf.update(celery_config(settings))
-    return celery
+class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
+    """The Celery app, with this process's settings and its service."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__("evidence_coverage", include=["worker.tasks"])
+        self.settings = settings
+        self.conf.update(celery_config(settings))
+        self._service: Service | None = None
+        self._service_pid = 0
+
+    def service(self) -> Service:
+        """This process's service, built on first use: after the prefork fork, and again in a
+        child forked later (a store connection must not cross a fork)."""
+        if self._service is None or self._service_pid != os.getpid():
+            from worker.service import Service
+
+            self.use_service(Service.for_worker(self.settings))
+        assert self._service is not None
+        return self._service
+
+    def use_service(self, service: Service | None) -> None:
+        """Install a service built elsewhere (tests), or None to build one on next use."""
+        self._service = service
+        self._service_pid = os.getpid()
+
+    def close_service(self) -> None:
+        if self._service is not None and self._service_pid == os.getpid():
+            self._service.close()
+        self._service = None
 
 
-def nests_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
-    """True when lists and dicts in `value` nest more than `limit` levels (no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-    return False
-
-
-class EvidenceConsumer(Consumer):  # type: ignore[misc]
-    """Celery's consumer, plus: oversize and undecodable bodies are rejected with a record and
-    dead-lettered whole, never dropped silently (Celery alone would log and ack them)."""
-
-    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
-        on_task_received = super().create_task_handler(*args, **kwargs)
-
-        def guarded(message: Any) -> Any:
-            from worker.tasks import body_limit, reject_undeliverable
-
-            task_name = (message.headers or {}).get("task")
-            size = len(message.body or b"")
-            limit = body_limit(task_name)
-            if size > limit:
-                reject_undeliverable(
-                    message, f"message is {size} bytes, over the {limit}-byte limit"
-                )
-                return None
-            problem = self._envelope_problem(task_name, message)
-            if problem is not None:
-                reject_undeliverable(message, problem)
-                return None
-            return on_task_received(message)
-
-        return guarded
-
-    def _envelope_problem(self, task_name: str | None, message: Any) -> str | None:
-        """Why Celery could not hand this task message to a task (None when it can).
-
-        Celery unpacks the decoded body as [args, kwargs, embed] in this process and pickles
-        the arguments to a pool child: a malformed envelope raises outside any task (no
-        record), and deep nesting makes pickle overflow the stack and crash the consumer,
-        again on every redelivery. Bad arguments would only fail the task with a TypeError.
-        """
-        task = self.app.tasks.get(task_name) if isinstance(task_name, str) else None
-        if task is None:
-            return None  # unknown task or no task header: on_unknown_* handle it
-        try:
-            payload = message.payload  # decoded once; Celery reuses kombu's cached result
-        except Exception:  # on_decode_error / on_invalid_task report it
-            return None
-        if not (
-            isinstance(payload, list)
-            and len(payload) == 3  # Celery task protocol 2
-            and isinstance(payload[0], list)
-            and isinstance(payload[1], dict)
-            and isinstance(payload[2], dict)
-        ):
-            return "invalid task envelope: the body must be [args, kwargs, embed]"
-        body = message.body or b""  # bytes on Redis, str on RabbitMQ
-        # Depth <= number of opening brackets, so most bodies skip the walk.
-        openings = (
-            body.count("[") + body.count("{")
-            if isinstance(body, str)
-            else body.count(b"[") + body.count(b"{")
-        )
-        if openings > MAX_NESTING and nests_deeper(payload):
-            return f"message nests deeper than {MAX_NESTING} levels"
-        args, kwargs, _ = payload
-        try:
-            inspect.signature(task.run).bind(*args, **kwargs)
-        except TypeError as error:
-            return f"invalid arguments for {task_name}: {error}"
-        return None
-
-    def on_decode_error(self, message: Any, exc: Exception) -> None:
-        from worker.tasks import reject_undeliverable
-
-        reject_undeliverable(message, f"invalid message body: {exc}")
-
-    # Celery's own handlers for the cases below log the raw body (answer and context text
-    # included) and drop the message without a record; ours record it and dead-letter it.
-
-    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
-        """A disallowed content type (pickle) or a malformed task envelope."""
-        from worker.tasks import reject_undeliverable
-
-        reject_undeliverable(message, f"invalid task message: {exc}")
-
-    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
-        from worker.tasks import reject_undeliverable
-
-        name = (message.headers or {}).get("task")
-        reject_undeliverable(message, f"unknown task {name!r}")
-
-    def on_unknown_message(self, body: Any, message: Any) -> None:
-        from worker.tasks import reject_undeliverable
-
-        reject_undeliverable(message, "not a task message: it has no task header")
+def create_app(settings: Settings | None = None) -> EvidenceApp:
+    return EvidenceApp(settings or load_settings())
 
 
 @signals.setup_logging.connect  # type: ignore[untyped-decorator]
@@ -211,19 +137,42 @@ def _configure_logging(**_: Any) -> None:
     """Celery's own log lines go through structlog too, so stdout is one format."""
     from worker.logging import configure_stdlib_logging
 
-    settings = load_settings()
-    configure_stdlib_logging(settings.log_format, schema=settings.log_schema)
+    configure_stdlib_logging(app.settings.log_format, schema=app.settings.log_schema)
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _serve_metrics(sender: Any, **_: Any) -> None:
+    """The main process serves all pool processes' metrics, when a port is configured.
+
+    worker_init runs in the main process before the pool forks, so the multiprocess dir set
+    here is inherited by every child before any of them imports prometheus_client.
+    """
+    port = sender.app.settings.metrics_port
+    if port is not None:
+        metrics.prepare(port)
+        metrics.serve(port)
 
 
 @signals.worker_ready.connect  # type: ignore[untyped-decorator]
 def _quiet_shutdown_notice(sender: Any, **_: Any) -> None:
     """Celery's SIGTERM handler writes `worker: Warm shutdown (MainProcess)` to stdout, a
     plain-text line in a JSON stream; with JSON logs, the same handler without that line."""
-    if load_settings().log_format != "json":
+    if sender.app.settings.log_format != "json":
         return
     from celery.apps.worker import install_worker_term_handler
 
     install_worker_term_handler(sender.controller, verbose=False)
+
+
+@signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+def _close_service(pid: int | None = None, **_: Any) -> None:
+    app.close_service()
+    metrics.forget_process(pid or os.getpid())
+
+
+@signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _remove_metrics_dir(**_: Any) -> None:
+    metrics.cleanup()
 
 
 app = create_app()

@@ -2,40 +2,68 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from worker.errors import InputError
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
-def read_jsonl(path: str) -> Iterator[tuple[int, bytes]]:
-    """Yield (1-based line number, line bytes) for non-blank lines of PATH, or stdin for '-'.
+class JsonLines:
+    """The non-blank lines of PATH (stdin for '-') as (1-based line number, line bytes).
 
     Bytes, not text: a line that is not UTF-8 becomes that line's invalid row instead of
-    stopping the whole run.
+    stopping the whole run. `size` and `position` (bytes) let a long run show how far it is.
     """
-    if path == "-":
-        yield from _numbered(sys.stdin.buffer)
-        return
-    file = Path(path)
-    if file.is_dir():
-        raise InputError(f"cannot read {path}: it is a directory")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.size: int | None = None
+        self.position = 0
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        if self.path == "-":
+            yield from self._numbered(sys.stdin.buffer)
+            return
+        file = Path(self.path)
+        if file.is_dir():
+            raise InputError(f"cannot read {self.path}: it is a directory")
+        try:
+            handle = file.open("rb")
+        except OSError as error:
+            raise InputError(f"cannot read {self.path}: {error.strerror}") from None
+        with handle:
+            yield from self._numbered(handle)
+
+    def _numbered(self, handle: BinaryIO) -> Iterator[tuple[int, bytes]]:
+        self.size = _regular_file_size(handle)
+        try:
+            for number, raw in enumerate(handle, start=1):
+                self.position += len(raw)
+                # A leading BOM (editors on Windows like to add one) is not part of the first row.
+                line = raw.removeprefix(UTF8_BOM) if number == 1 else raw
+                if line.strip():
+                    # The terminator is not part of the message: without it a truncated line's
+                    # parse error points into that line ("column 26"), not at "line 2 column 0".
+                    yield number, line.rstrip(b"\r\n")
+        except OSError as error:
+            raise InputError(f"cannot read {self.path}: {error.strerror}") from None
+
+
+def _regular_file_size(handle: BinaryIO) -> int | None:
+    """The size of a regular file (stdin redirected from one included); None for pipes."""
     try:
-        handle = file.open("rb")
-    except OSError as error:
-        raise InputError(f"cannot read {path}: {error.strerror}") from None
-    with handle:
-        yield from _numbered(handle)
+        info = os.fstat(handle.fileno())
+    except (OSError, ValueError):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
-def _numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
-    for number, raw in enumerate(lines, start=1):
-        # A leading BOM (editors on Windows like to add one) is not part of the first row.
-        line = raw.removeprefix(UTF8_BOM) if number == 1 else raw
-        if line.strip():
-            # The terminator is not part of the message: without it a truncated line's
-            # parse error points into that line ("column 26"), not at "line 2 column 0".
-            yield number, line.rstrip(b"\r\n")
+def read_jsonl(path: str) -> Iterator[tuple[int, bytes]]:
+    """Yield (1-based line number, line bytes) for the non-blank lines of PATH, or stdin."""
+    return iter(JsonLines(path))

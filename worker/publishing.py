@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
-from worker.pipeline import parse_message
+from worker.intake import parse_message
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from contracts.metric import RAGAS_ERROR_PREFIX
 from contracts.outcomes import CacheOutcome, Owner, Status
 from contracts.records import NONDETERMINISM
-from worker.pipeline import describe_validation_error
+from worker.intake import describe_validation_error
 
 REJECTED_LABEL = "(rejected before scoring)"
 NO_GROUP_LABEL = "(no group)"

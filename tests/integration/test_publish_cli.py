@@ -33,9 +33,9 @@ from tests.integration.worker_harness import (
     queue_length,
 )
 from worker.cli import main
+from worker.cli.exit_codes import INVALID, OK
 from worker.constants import SCORE, SCORE_BATCH
-from worker.runs import INVALID, OK
-from worker.tasks import ENVELOPE_BYTES
+from worker.consumer import ENVELOPE_BYTES
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from contracts import AttributionResult, input_hash
 from contracts.records import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import EXAMPLES, ROOT
 from tests.integration.worker_harness import Launcher, Worker
-from worker import runs
+from worker.cli import exit_codes as runs
 from worker.stores.base import History
 
 pytestmark = pytest.mark.integration

@@ -48,8 +48,7 @@ from tests.integration.worker_harness import (
 from worker.app import celery_config, create_app
 from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
-from worker.handling import check_encodable
-from worker.pipeline import parse_message
+from worker.intake import check_encodable, parse_message
 from worker.settings import Settings
 from worker.stores.redis import RedisStore
 

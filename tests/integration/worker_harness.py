@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -30,6 +29,7 @@ from kombu import Connection
 from contracts import AttributionResult, input_hash
 from contracts.records import REJECTED, SCORED
 from worker.app import create_app
+from worker.bench.launch import worker_command
 from worker.constants import SCORE
 from worker.settings import Settings
 from worker.stores.base import History
@@ -186,32 +186,6 @@ class Worker:
         )
 
 
-def worker_command(
-    queue: str, hostname: str, *, pool: str, concurrency: int, options: Sequence[str] = ()
-) -> list[str]:
-    pool_args = ["--pool", "solo"] if pool == "solo" else ["--pool", pool, "-c", str(concurrency)]
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "worker.app",
-        "--quiet",
-        "worker",
-        "-Q",
-        queue,
-        "--hostname",
-        hostname,
-        *pool_args,
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-        "--loglevel",
-        "INFO",
-        *options,
-    ]
-
-
 @dataclass
 class Launcher:
     """Starts workers writing to one store prefix; stop_all() ends every one of them."""
@@ -257,7 +231,12 @@ class Launcher:
                 list(command)
                 if command is not None
                 else worker_command(
-                    queue, hostname, pool=pool, concurrency=concurrency, options=options
+                    queue,
+                    hostname=hostname,
+                    pool=pool,
+                    concurrency=concurrency,
+                    heartbeat=False,
+                    options=options,
                 ),
                 cwd=ROOT,
                 env=worker_env,

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from contracts import input_hash
-from worker.bench import (
+from worker.bench.drain import (
     PhaseResult,
     _percentile,
     process_rss_growth_pct,
@@ -16,7 +16,8 @@ from worker.bench import (
     summarize,
 )
 from worker.errors import InputError
-from worker.pipeline import parse_message, score
+from worker.intake import parse_message
+from worker.scoring import score
 
 
 def _kind(message: dict[str, object]) -> str:

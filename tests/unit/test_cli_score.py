@@ -69,10 +69,10 @@ class Run:
 
     @property
     def summary(self) -> str:
-        """The single stderr line, without the run's elapsed time."""
+        """The single stderr line, without the run's elapsed time and store."""
         lines = self.err.splitlines()
         assert len(lines) == 1, self.err
-        return re.sub(r" \(\d+\.\ds\)$", "", lines[0])
+        return re.sub(r" \(\d+\.\d+s, store [^()]*\)$", "", lines[0])
 
 
 @pytest.fixture
@@ -376,8 +376,11 @@ def test_show_lists_both_attempts_with_first_unchanged(
     ]
 
 
-def test_show_unknown_hash_exits_2(cli: Callable[..., Run], store_url: str) -> None:
-    """`show` for a hash never recorded says so in one line and exits 2."""
+def test_show_unknown_hash_exits_2(
+    score: Callable[..., Run], one_message_file: Path, cli: Callable[..., Run], store_url: str
+) -> None:
+    """`show` for a hash never recorded in an existing store says so in one line, exits 2."""
+    score(one_message_file)
     run = cli("show", "0" * 64, "--store", store_url)
 
     assert run.code == 2

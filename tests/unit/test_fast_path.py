@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from contracts import evidence_coverage
 from contracts.metric import RAGAS_ERROR_PREFIX, score_pair
-from worker.bench_micro import raw_set_arithmetic
+from worker.bench.micro import raw_set_arithmetic
 
 # A small alphabet makes collisions (duplicates, overlaps, unknown IDs) common.
 ID_PIECES = ["c1", "C1", "c2", "claim-ü", "名前", "x", "", " ", "\t"]

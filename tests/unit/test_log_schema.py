@@ -25,7 +25,7 @@ from worker.logging import (
     emit_record,
     get_logger,
 )
-from worker.pipeline import process, rejected
+from worker.scoring import process, rejected_record
 from worker.settings import Settings, load_settings
 from worker.stores.sqlite import SQLiteStore
 
@@ -73,7 +73,7 @@ def emitted(
         try:
             first = process(message(trace_id=TRACE_ID), store=store, policy=None, clock=clocked)
             emit_record(first.record)
-            emit_record(rejected("schema: case_id: Field required", body={"answer": "x"}))
+            emit_record(rejected_record("schema: case_id: Field required", body={"answer": "x"}))
             again = process(
                 message(supported_claim_ids=["refund-window"]),
                 store=store,

@@ -20,14 +20,13 @@ import structlog
 from celery import Task
 from structlog.testing import capture_logs
 
-import worker.tasks
 from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from worker.alerts import AlertSink, WebhookSender
 from worker.app import app, celery_config
 from worker.errors import TransientError
-from worker.pipeline import WORKER_VERSION
-from worker.runtime import Runtime
+from worker.scoring import WORKER_VERSION
+from worker.service import Service
 from worker.settings import Settings
 from worker.stores import Recorded
 from worker.stores.redis import RedisStore
@@ -61,18 +60,18 @@ def store() -> Iterator[FlakyStore]:
 
 
 @pytest.fixture(autouse=True)
-def runtime(store: FlakyStore) -> Iterator[Runtime]:
-    """The tasks' process runtime, on fakeredis with a fixed clock; reset afterwards."""
-    built = Runtime(
+def runtime(store: FlakyStore) -> Iterator[Service]:
+    """The tasks' process service, on fakeredis with a fixed clock; reset afterwards."""
+    built = Service(
         settings=Settings(max_deliveries=MAX_DELIVERIES),
         policy=None,
         store=store,
         alerts=AlertSink(),
         clock=lambda: FIXED_NOW,
     )
-    worker.tasks._runtime = built
+    app.use_service(built)
     yield built
-    worker.tasks._runtime = None
+    app.use_service(None)
 
 
 def run(

@@ -1,4 +1,4 @@
-"""`evidence-worker bench`: drain throughput of noop, score and score_batch, as ratios.
+"""Drain throughput of noop, score and score_batch, as ratios against the no-op floor.
 
 Each phase starts its own worker subprocess with the same settings, warms it up on a few tasks
 of the phase, pre-fills its own queue, points the worker at it and times the drain from the
@@ -15,7 +15,6 @@ import random
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any
 import redis
 
 from worker.app import create_app
+from worker.bench.launch import worker_command
 from worker.constants import NOOP, SCORE, SCORE_BATCH
 from worker.settings import Settings
 
@@ -331,28 +331,14 @@ class Bench:
             "EVIDENCE_LOG_FORMAT": "json",
         }
         env.pop("EVIDENCE_ALERT_WEBHOOK_URL", None)
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "worker.app",
-            "--quiet",
-            "worker",
-            "--hostname",
-            node,
-            "--queues",
+        command = worker_command(
             queue,
-            "--pool",
-            self.config.pool,
-            "--concurrency",
-            str(self.config.concurrency),
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--loglevel",
-            "WARNING",
-        ]
+            hostname=node,
+            pool=self.config.pool,
+            concurrency=self.config.concurrency,
+            loglevel="WARNING",
+            heartbeat=False,
+        )
         stdout = records.open("wb") if records else subprocess.DEVNULL
         return subprocess.Popen(
             command, env=env, stdout=stdout, stderr=subprocess.DEVNULL, start_new_session=True

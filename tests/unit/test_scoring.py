@@ -13,13 +13,13 @@ import pytest
 from contracts import Alert, AttributionResult, ScoreRecord, input_hash, policy_from_threshold
 from tests.conftest import FIXED_NOW
 from worker.errors import InputError, OversizeMessage
-from worker.pipeline import (
+from worker.intake import parse_message
+from worker.scoring import (
     WORKER_VERSION,
     Delivery,
-    parse_message,
     process,
     process_many,
-    rejected,
+    rejected_record,
 )
 from worker.stores.sqlite import SQLiteStore
 
@@ -483,7 +483,7 @@ def test_process_many_of_nothing_is_empty(store: SQLiteStore) -> None:
 # --- rejected --------------------------------------------------------------------------------
 
 
-def rejected_record(**fields: Any) -> ScoreRecord:
+def expected_rejection(**fields: Any) -> ScoreRecord:
     expected: dict[str, Any] = {
         "event": "evidence_coverage.rejected",
         "case_id": None,
@@ -514,9 +514,9 @@ def test_rejected_record_extracts_the_case_id(message_dict: DictFactory, encodin
     text = json.dumps(data)
     body: Any = {"str": text, "bytes": text.encode(), "dict": data}[encoding]
 
-    record = rejected("schema: bogus: Extra inputs are not permitted", body=body)
+    record = rejected_record("schema: bogus: Extra inputs are not permitted", body=body)
 
-    assert record == rejected_record(case_id="refund-001")
+    assert record == expected_rejection(case_id="refund-001")
 
 
 @pytest.mark.parametrize(
@@ -533,23 +533,23 @@ def test_rejected_record_extracts_the_case_id(message_dict: DictFactory, encodin
 )
 def test_rejected_record_of_junk_has_no_case_id(body: object) -> None:
     """A body without a usable case_id gives case_id None, and no crash."""
-    record = rejected("invalid JSON: expected value at line 1 column 1", body=body)
+    record = rejected_record("invalid JSON: expected value at line 1 column 1", body=body)
 
-    assert record == rejected_record(
+    assert record == expected_rejection(
         case_id=None, reason="invalid JSON: expected value at line 1 column 1"
     )
 
 
 def test_rejected_record_carries_policy_version_and_delivery() -> None:
     """With a policy and a delivery, the rejected record names the policy version, task and line."""
-    record = rejected(
+    record = rejected_record(
         "message is 50 bytes, over the 10-byte limit",
         body=b"{" * 50,
         policy=policy_from_threshold("0.85"),
         delivery=Delivery(task_id="task-3", line=4),
     )
 
-    assert record == rejected_record(
+    assert record == expected_rejection(
         reason="message is 50 bytes, over the 10-byte limit",
         policy_version="env:0.85",
         task_id="task-3",

@@ -1,0 +1,50 @@
+"""`evidence-worker alerts`: nondeterminism alerts kept in the store's alert stream."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from worker.cli.common import add_store_option, describe, open_existing_store, positive_int
+from worker.cli.exit_codes import NONDETERMINISM, OK
+from worker.settings import Settings
+
+DEFAULT_LIMIT = 100
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "alerts",
+        **describe(
+            "list nondeterminism alerts (exit 3 when there are any)",
+            example="alerts --store redis://localhost:6379/0 --limit 10",
+            details="Print the newest alerts, oldest first, one JSON object per line: the "
+            "input hash, the first attempt kept and the attempt that disagreed with it.",
+        ),
+    )
+    add_store_option(parser)
+    parser.add_argument(
+        "--limit",
+        type=positive_int,
+        default=DEFAULT_LIMIT,
+        help=f"newest N alerts (default {DEFAULT_LIMIT})",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    store = open_existing_store(args, settings)
+    try:
+        alerts = store.alerts(limit=args.limit)
+        # One more than the limit says whether there are more without counting them all.
+        more = len(alerts) == args.limit and len(store.alerts(limit=args.limit + 1)) > args.limit
+    finally:
+        store.close()
+    for alert in alerts:
+        print(alert.model_dump_json())
+    shown = f"alerts: {len(alerts)} nondeterminism alert(s)"
+    if more:
+        shown += f" (the newest {args.limit}; more are stored: raise --limit to see them)"
+    print(shown, file=sys.stderr)
+    return NONDETERMINISM if alerts else OK

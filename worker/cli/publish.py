@@ -1,0 +1,69 @@
+"""`evidence-worker publish PATH`: validate AttributionResults and send them to the broker."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from worker.cli.common import PROG, add_path, describe, positive_int, source_name
+from worker.cli.exit_codes import INVALID, OK
+from worker.errors import InputError
+from worker.inputs import JsonLines
+from worker.progress import over_input
+from worker.settings import Settings
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "publish",
+        **describe(
+            "validate AttributionResults and send them to the broker",
+            example="publish contracts/examples/attribution-results.jsonl --batch 100",
+            details="Validate each JSON line, then send it to the queue as an "
+            "evidence_coverage.score task (or score_batch with --batch N). Invalid lines are "
+            "reported on stderr and not sent (exit 2). Broker: $EVIDENCE_BROKER_URL "
+            "(default redis://localhost:6379/0); queue: $EVIDENCE_QUEUE "
+            "(default attribution-results).",
+        ),
+    )
+    add_path(parser)
+    parser.add_argument(
+        "--batch",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="send lists of N messages to evidence_coverage.score_batch (default 1: one task each)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.app import create_app
+    from worker.publishing import publish_lines
+
+    source = JsonLines(args.path)
+    progress = over_input("publish", source)
+    app = create_app(settings)
+    try:
+        result = publish_lines(
+            source,
+            app=app,
+            queue=settings.queue,
+            batch_size=args.batch,
+            max_message_bytes=settings.max_message_bytes,
+            on_progress=lambda sent: progress.tick(sent - progress.count),
+        )
+    finally:
+        app.close()  # its broker connection pool
+        progress.finish()
+    for number, reason in result.rejected:
+        print(f"{PROG} publish: line {number} not sent: {reason}", file=sys.stderr)
+    if result.messages == 0 and not result.rejected:
+        raise InputError(f"{source_name(args.path)} contains no messages")
+    print(
+        f"publish: sent {result.messages} messages in {result.tasks} tasks to queue "
+        f"{settings.queue}; {len(result.rejected)} lines rejected",
+        file=sys.stderr,
+    )
+    return INVALID if result.rejected else OK

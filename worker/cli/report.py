@@ -1,0 +1,61 @@
+"""`evidence-worker report PATH`: records aggregated per contract version and policy group."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from worker.cli.common import add_path, describe, source_name
+from worker.cli.exit_codes import OK
+from worker.errors import InputError
+from worker.inputs import JsonLines
+from worker.settings import Settings
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "report",
+        **describe(
+            "aggregate record files per contract version and policy group",
+            example="report records.jsonl --html report.html",
+            details="Read JSON-lines records as score and the worker emit them (- for stdin) "
+            "and aggregate them per contract version and policy group: counts by status and "
+            "cache outcome, mean/min/max over valid rows only, invalid rows counted apart with "
+            "their top reasons, owners, policy versions seen. Other log lines are skipped and "
+            "counted; unparsable lines are counted as unreadable. Versions are never mixed. "
+            "Exit 0 when a report was produced, 2 when PATH is unreadable or holds no records.",
+        ),
+    )
+    add_path(parser, "JSON-lines record file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--html",
+        metavar="OUT",
+        type=Path,
+        help="also write a self-contained HTML page (histograms, tables, invalid reasons)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.report import build_report, render_text
+
+    source = source_name(args.path)
+    report = build_report(JsonLines(args.path), source=source)
+    if report.records == 0:
+        raise InputError(
+            f"{source} contains no evidence_coverage records "
+            f"({sum(report.skipped.values())} other lines, {report.unreadable} unreadable)"
+        )
+    if args.html is not None:
+        from worker.report_html import render_html
+
+        try:
+            args.html.write_text(render_html(report), encoding="utf-8")
+        except OSError as error:
+            raise InputError(f"cannot write {args.html}: {error.strerror}") from None
+        print(f"report: wrote {args.html}", file=sys.stderr)
+    print(report.model_dump_json() if args.json else render_text(report))
+    return OK

@@ -1,0 +1,114 @@
+"""`evidence-worker score PATH`: the worker's whole pipeline in one process, on a file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from collections.abc import Iterable
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from worker.cli.common import (
+    Tally,
+    add_path,
+    add_policy_options,
+    add_store_option,
+    describe,
+    resolve_policy,
+    source_name,
+    store_url,
+)
+from worker.cli.exit_codes import INTERRUPTED
+from worker.errors import InputError
+from worker.inputs import JsonLines
+from worker.progress import Progress, over_input, process_elapsed
+from worker.scoring import Delivery
+from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from worker.service import Service
+
+CHUNK = 500  # lines recorded per store call: one transaction (SQLite) or round trip (Redis)
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "score",
+        **describe(
+            "score a JSON-lines file of AttributionResults in one process",
+            example="score contracts/examples/attribution-results.jsonl --policy policy.toml",
+            details="Score AttributionResult JSON lines with an embedded store: one JSON "
+            "record per line on stdout, a summary on stderr naming the store. Re-running a "
+            "file gives cache hits; a different outcome for the same inputs raises a "
+            "nondeterminism alert (exit 3).",
+        ),
+    )
+    add_path(parser)
+    add_store_option(parser)
+    add_policy_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.service import Service
+
+    policy = resolve_policy(args, settings, required=False)
+    url = store_url(args, settings)
+    service = Service.open(settings, store_url=url, policy=policy)
+    source = JsonLines(args.path)
+    progress = over_input("score", source)
+    tally = Tally()
+    try:
+        score_lines(source, service=service, tally=tally, progress=progress)
+    except KeyboardInterrupt:
+        progress.finish()
+        print(
+            f"score: interrupted; {tally.total} rows recorded in {safe_url(url)} "
+            "(run the file again: recorded rows come back as cache hits)",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+    finally:
+        service.close()
+    progress.finish()
+    if tally.total == 0:
+        raise InputError(f"{source_name(args.path)} contains no messages")
+    print(
+        f"{tally.summary('score', policy)} ({process_elapsed():.2f}s, store {safe_url(url)})",
+        file=sys.stderr,
+    )
+    return tally.exit_code
+
+
+def score_lines(
+    lines: Iterable[tuple[int, bytes]], *, service: Service, tally: Tally, progress: Progress
+) -> None:
+    """Score numbered lines through the service, CHUNK at a time; one record per line."""
+    from worker.service import is_rejection
+
+    run_id = uuid.uuid4().hex[:12]
+    iterator = iter(lines)
+    while chunk := list(islice(iterator, CHUNK)):
+        results = service.handle(
+            [
+                (body, Delivery(task_id=f"score-{run_id}-{number}", line=number))
+                for number, body in chunk
+            ]
+        )
+        for result in results:
+            record = result.record
+            if is_rejection(result):
+                tally.add(record.status, blocking=None)
+                tally.rejected += 1
+            else:
+                tally.add(record.status, blocking=record.blocking, cache=record.cache)
+            tally.alerts += result.alert is not None
+        progress.tick(len(chunk))
+
+
+def safe_url(url: str) -> str:
+    """A store URL as it may be printed: any password masked."""
+    from kombu.utils.url import maybe_sanitize_url
+
+    return str(maybe_sanitize_url(url))

@@ -1,0 +1,122 @@
+"""Body in, AttributionResult out, or an InputError whose text is the rejection's reason.
+
+Every way a message reaches the worker (a task argument, a CLI line, a raw transport body)
+enters here, so a bad one is described the same way wherever it came from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
+from contracts import AttributionResult
+from worker.errors import InputError, OversizeMessage
+
+MAX_REPORTED_ERRORS = 3
+
+Body = object  # str | bytes | a decoded JSON value; anything else is rejected, not raised
+
+
+def admit(body: Body, *, max_bytes: int) -> AttributionResult:
+    """The validated message, or InputError with a reason that can be stored as UTF-8."""
+    try:
+        message = parse_message(body, max_bytes=max_bytes)
+        check_encodable(message)
+    except InputError as error:
+        # A field name in the error (an unknown key) may itself hold a lone surrogate.
+        raise InputError(storable(str(error))) from None
+    return message
+
+
+def parse_message(body: Body, *, max_bytes: int) -> AttributionResult:
+    """Validate one message; raise InputError with a specific reason. Size is checked first."""
+    if isinstance(body, str | bytes):
+        size = len(body) if isinstance(body, bytes) else len(body.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            raise OversizeMessage(f"message is {size} bytes, over the {max_bytes}-byte limit")
+        try:
+            return AttributionResult.model_validate_json(body)
+        except ValidationError as error:
+            raise InputError(not_utf8(body) or describe_validation_error(error)) from None
+    if not isinstance(body, Mapping):
+        raise InputError(f"message must be a JSON object, got {type(body).__name__}")
+    try:
+        return AttributionResult.model_validate(body)
+    except ValidationError as error:
+        raise InputError(describe_validation_error(error)) from None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """A short, specific sentence: which fields, what was wrong; never the raw input."""
+    parts = []
+    for details in error.errors()[:MAX_REPORTED_ERRORS]:
+        where = ".".join(str(part) for part in details["loc"]) or "message"
+        if details["type"] == "json_invalid":
+            return f"invalid JSON: {details['msg'].removeprefix('Invalid JSON: ')}"
+        parts.append(f"{where}: {details['msg']}")
+    more = error.error_count() - len(parts)
+    suffix = f" (and {more} more)" if more > 0 else ""
+    return "schema: " + "; ".join(parts) + suffix
+
+
+def not_utf8(body: str | bytes) -> str | None:
+    """Say so when bytes are not UTF-8: clearer than the JSON parser's code-point complaint."""
+    if not isinstance(body, bytes):
+        return None
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"message is not valid UTF-8 ({error.reason} at byte {error.start})"
+    return None
+
+
+def check_encodable(message: AttributionResult) -> None:
+    """Raise InputError for a lone surrogate (a legal JSON escape, not Unicode) where it breaks.
+
+    IDs are stored as UTF-8, and the grader is hashed through pydantic's JSON mode, which
+    cannot encode one in a nested params key. Checked before scoring, so such a message ends
+    as a rejected record instead of a traceback. Answer and context text may hold them.
+    """
+    for name in ("case_id", "required_claim_ids", "supported_claim_ids"):
+        value = getattr(message, name)
+        try:
+            (value if isinstance(value, str) else "\n".join(value)).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                f"{name} contains a lone surrogate: IDs must be valid Unicode"
+            ) from None
+    try:
+        message.grader.model_dump(mode="json")
+    except (UnicodeEncodeError, PydanticSerializationError):
+        raise InputError("grader contains a lone surrogate that cannot be hashed") from None
+
+
+def case_id_of(body: object) -> str | None:
+    """Best-effort case_id of a rejected message, so its record can still be routed."""
+    if isinstance(body, str | bytes):
+        try:
+            body = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+    case_id = body.get("case_id") if isinstance(body, Mapping) else None
+    return case_id if isinstance(case_id, str) and case_id else None
+
+
+def storable(text: str) -> str:
+    """Lone surrogates (legal JSON escapes, not Unicode) as \\udXXX text: stores keep UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def body_text(body: Body) -> str:
+    """The body as kept in the dead-letter store: whole, decoded leniently."""
+    if isinstance(body, bytes):
+        return body.decode("utf-8", "replace").rstrip("\n")
+    if isinstance(body, str):
+        return storable(body.rstrip("\n"))
+    try:
+        return storable(json.dumps(body, ensure_ascii=False, default=repr))
+    except (TypeError, ValueError, RecursionError):
+        return storable(repr(body))

@@ -1,0 +1,189 @@
+"""A validated message in, its record out: hash, score, record under the hash, decide.
+
+Pure apart from the store and the clock, which are passed in; the one place that builds
+attempts, scored records and the rejected record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version
+
+from contracts import (
+    METRIC_VERSION,
+    RAGAS_VERSION,
+    Alert,
+    Attempt,
+    AttributionResult,
+    Outcome,
+    Policy,
+    ScoreRecord,
+    decide,
+    input_hash,
+)
+from contracts.metric import score_pair
+from contracts.policy import INVALID_OWNER
+from contracts.records import REJECTED, SCORED
+from worker.intake import case_id_of
+from worker.stores import Recorded, ResultStore
+
+WORKER_VERSION = version("evidence-coverage-worker")
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Where one attempt came from: a task (with its redelivery flag) or a CLI input line."""
+
+    task_id: str | None = None
+    redelivered: bool = False
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Processed:
+    """One message's record, and the alert when its outcome disagreed with the first."""
+
+    record: ScoreRecord
+    alert: Alert | None = None
+
+
+def score(message: AttributionResult) -> tuple[str, Outcome]:
+    """The input hash and the metric outcome for one validated message."""
+    value, reason = score_pair(message.required_claim_ids, message.supported_claim_ids)
+    return input_hash(message), Outcome(value=value, reason=reason)
+
+
+def make_attempt(
+    message: AttributionResult, outcome: Outcome, *, now: datetime, delivery: Delivery
+) -> Attempt:
+    return Attempt(
+        case_id=message.case_id,
+        task_id=delivery.task_id,
+        required_claim_ids=message.required_claim_ids,
+        supported_claim_ids=message.supported_claim_ids,
+        value=outcome.value,
+        reason=outcome.reason,
+        recorded_at=now,
+        metric_version=METRIC_VERSION,
+        ragas_version=RAGAS_VERSION,
+        worker_version=WORKER_VERSION,
+        redelivered=delivery.redelivered,
+    )
+
+
+def build_record(
+    message: AttributionResult,
+    *,
+    hash_: str,
+    recorded: Recorded,
+    observed: Outcome,
+    policy: Policy | None,
+    delivery: Delivery,
+) -> ScoreRecord:
+    """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`."""
+    decision = decide(
+        recorded.first.outcome,
+        policy,
+        policy_group=message.policy_group,
+        blocking=message.blocking,
+        contract_version=message.contract_version,
+    )
+    repeat = recorded.cache != "miss"
+    return ScoreRecord(
+        event=SCORED,
+        case_id=message.case_id,
+        input_hash=hash_,
+        metric_version=METRIC_VERSION,
+        ragas_version=RAGAS_VERSION,
+        worker_version=WORKER_VERSION,
+        cache=recorded.cache,
+        observed_value=observed.value if repeat else None,
+        observed_reason=observed.reason if repeat else None,
+        task_id=delivery.task_id,
+        trace_id=message.trace_id,
+        line=delivery.line,
+        **decision.__dict__,  # its field values: what model_dump() would copy
+    )
+
+
+def process(
+    message: AttributionResult,
+    *,
+    store: ResultStore,
+    policy: Policy | None,
+    clock: Clock = utc_now,
+    delivery: Delivery = Delivery(),
+) -> Processed:
+    """Score one validated message and record it under its input hash."""
+    return process_many([(message, delivery)], store=store, policy=policy, clock=clock)[0]
+
+
+def process_many(
+    items: Sequence[tuple[AttributionResult, Delivery]],
+    *,
+    store: ResultStore,
+    policy: Policy | None,
+    clock: Clock = utc_now,
+) -> list[Processed]:
+    """Score messages and record them in one store call; each keeps its own hit/conflict."""
+    now = clock()
+    scored = [(message, delivery, *score(message)) for message, delivery in items]
+    recorded = store.record_many(
+        [
+            (hash_, make_attempt(message, outcome, now=now, delivery=delivery))
+            for message, delivery, hash_, outcome in scored
+        ],
+        now=now,
+    )
+    return [
+        Processed(
+            record=build_record(
+                message,
+                hash_=hash_,
+                recorded=result,
+                observed=outcome,
+                policy=policy,
+                delivery=delivery,
+            ),
+            alert=result.alert,
+        )
+        for (message, delivery, hash_, outcome), result in zip(scored, recorded, strict=True)
+    ]
+
+
+def rejected_record(
+    error: str,
+    *,
+    body: object = None,
+    policy: Policy | None = None,
+    delivery: Delivery = Delivery(),
+) -> ScoreRecord:
+    """The record of a message that never reached the metric: invalid, owned by evaluation-data."""
+    return ScoreRecord(
+        event=REJECTED,
+        case_id=case_id_of(body),
+        input_hash=None,
+        contract_version=None,
+        metric_version=METRIC_VERSION,
+        ragas_version=RAGAS_VERSION,
+        worker_version=WORKER_VERSION,
+        value=None,
+        reason=error,
+        status="invalid",
+        policy_group=None,
+        policy_version=policy.version if policy else None,
+        threshold=None,
+        blocking=None,
+        owner=INVALID_OWNER,
+        cache=None,
+        task_id=delivery.task_id,
+        line=delivery.line,
+    )

@@ -1,0 +1,162 @@
+"""The one path from bodies to records in a process: the tasks, the consumer and `score`.
+
+Per body: admit it (intake), or dead-letter it and record it as rejected; score and record
+the admitted ones in one store call (scoring); then emit one record per body, in order, and
+each alert (log line, webhook), and count them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts import Policy
+from contracts.records import REJECTED
+from worker.alerts import AlertSink, WebhookSender
+from worker.errors import InputError
+from worker.intake import Body, admit, body_text
+from worker.logging import emit_record
+from worker.metrics import Metrics
+from worker.scoring import Clock, Delivery, Processed, process_many, rejected_record, utc_now
+from worker.settings import Settings
+from worker.stores import DeadLetter, ResultStore, open_store
+
+
+@dataclass
+class Service:
+    """Everything one process needs to turn bodies into records; built once per process."""
+
+    settings: Settings
+    policy: Policy | None
+    store: ResultStore
+    alerts: AlertSink
+    clock: Clock = field(default=utc_now)
+    metrics: Metrics = field(default_factory=lambda: Metrics(enabled=False))
+
+    @classmethod
+    def open(
+        cls, settings: Settings, *, store_url: str, policy: Policy | None, metrics: bool = False
+    ) -> Service:
+        """A service on the store at `store_url`, deciding with `policy` (None: report-only)."""
+        webhook = (
+            WebhookSender(
+                settings.alert_webhook_url, timeout_seconds=settings.alert_webhook_timeout_seconds
+            )
+            if settings.alert_webhook_url
+            else None
+        )
+        return cls(
+            settings=settings,
+            policy=policy,
+            store=open_store(store_url, settings),
+            alerts=AlertSink(webhook),
+            metrics=Metrics(enabled=metrics),
+        )
+
+    @classmethod
+    def for_worker(cls, settings: Settings) -> Service:
+        """The worker's service: its store, its policy, metrics when a port is set."""
+        return cls.open(
+            settings,
+            store_url=settings.result_store_url,
+            policy=settings.load_policy(),
+            metrics=settings.metrics_port is not None,
+        )
+
+    def handle(self, bodies: Sequence[tuple[Body, Delivery]]) -> list[Processed]:
+        """One Processed per body, in input order; rejected bodies are dead-lettered first."""
+        started = time.perf_counter()
+        admitted = []
+        letters = []
+        slots: list[Processed | None] = []
+        for body, delivery in bodies:
+            try:
+                admitted.append((admit(body, max_bytes=self.settings.max_message_bytes), delivery))
+            except InputError as error:
+                letters.append(self._letter(body, str(error), delivery))
+                record = rejected_record(
+                    str(error), body=body, policy=self.policy, delivery=delivery
+                )
+                slots.append(Processed(record=record))
+                continue
+            slots.append(None)
+        self.store.dead_letter(*letters)
+        scored = iter(
+            process_many(admitted, store=self.store, policy=self.policy, clock=self.clock)
+        )
+        results = [slot if slot is not None else next(scored) for slot in slots]
+        self._emit(results, seconds=time.perf_counter() - started)
+        return results
+
+    def reject(
+        self,
+        bodies: Sequence[Body],
+        error: str,
+        delivery: Delivery,
+        *,
+        identify: bool = True,
+        **context: Any,
+    ) -> list[Processed]:
+        """Dead-letter and record every body as rejected with one error, without scoring.
+
+        `identify=False` for transport bodies (a task envelope, an oversize blob): their
+        case_id is not worth parsing them for.
+        """
+        self.store.dead_letter(*(self._letter(body, error, delivery) for body in bodies))
+        results = [
+            Processed(
+                record=rejected_record(
+                    error, body=body if identify else None, policy=self.policy, delivery=delivery
+                )
+            )
+            for body in bodies
+        ]
+        self._emit(results, seconds=None, **context)
+        return results
+
+    def _letter(self, body: Body, error: str, delivery: Delivery) -> DeadLetter:
+        return DeadLetter(
+            received_at=self.clock(), error=error, body=body_text(body), task_id=delivery.task_id
+        )
+
+    def _emit(self, results: Sequence[Processed], *, seconds: float | None, **context: Any) -> None:
+        """Each record (and alert) in order; the call's time is shared out per message."""
+        per_message_ms = None if seconds is None else seconds * 1000 / max(len(results), 1)
+        if per_message_ms is not None:
+            context["duration_ms"] = round(per_message_ms, 3)
+        alerts = 0
+        for result in results:
+            emit_record(result.record, **context)
+            if result.alert is not None:
+                line = result.record.line
+                self.alerts.raise_alert(result.alert, **({"line": line} if line else {}))
+                alerts += 1
+        self.metrics.observe(
+            [result.record for result in results],
+            alerts=alerts,
+            seconds_per_message=(per_message_ms or 0.0) / 1000,
+        )
+
+    def close(self) -> None:
+        self.alerts.close()
+        self.store.close()
+
+
+def summary(results: Sequence[Processed]) -> list[dict[str, Any]]:
+    """The small JSON a task returns: enough to follow a result without the store."""
+    return [
+        {
+            "case_id": r.record.case_id,
+            "input_hash": r.record.input_hash,
+            "status": r.record.status,
+            "cache": r.record.cache,
+        }
+        for r in results
+    ]
+
+
+def is_rejection(processed: Processed) -> bool:
+    """True when the body never reached the metric (schema, size, envelope)."""
+    return processed.record.event == REJECTED
