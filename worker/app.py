@@ -10,17 +10,20 @@ consumer reach both through it, and nothing here imports them.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Celery, signals
 
 from worker import metrics
+from worker.errors import ConfigurationError
 from worker.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from worker.service import Service
 
 RETRY_BACKOFF_MAX_SECONDS = 60
+CONFIGURATION_EXIT_CODE = 2  # as the command line's configuration errors
 # kombu sweeps the unacked index this often; with throttle 1 a killed worker's messages are
 # back on the queue within visibility_timeout + this, well inside the +30 s we promise.
 UNACKED_RESTORE_INTERVAL_SECONDS = 5
@@ -122,6 +125,17 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
         self._service = service
         self._service_pid = os.getpid()
 
+    def check_configuration(self) -> None:
+        """Raise ConfigurationError for a policy or a store URL the service could not use."""
+        from contracts import PolicyError
+        from worker.stores import open_store
+
+        try:
+            self.settings.load_policy()
+        except PolicyError as error:
+            raise ConfigurationError(str(error)) from None
+        open_store(self.settings.result_store_url, self.settings).close()
+
     def close_service(self) -> None:
         if self._service is not None and self._service_pid == os.getpid():
             self._service.close()
@@ -132,12 +146,36 @@ def create_app(settings: Settings | None = None) -> EvidenceApp:
     return EvidenceApp(settings or load_settings())
 
 
+def _exit_unusable(problem: str) -> NoReturn:
+    print(f"evidence-worker: configuration error: {problem}", file=sys.stderr, flush=True)
+    raise SystemExit(CONFIGURATION_EXIT_CODE)
+
+
+def _app_from_environment() -> EvidenceApp:
+    """The app `celery -A worker.app` loads; a bad setting ends the process with one line
+    (Celery would print the import's traceback and carry on as if nothing happened)."""
+    try:
+        return create_app()
+    except ConfigurationError as error:
+        _exit_unusable(str(error))
+
+
 @signals.setup_logging.connect  # type: ignore[untyped-decorator]
 def _configure_logging(**_: Any) -> None:
     """Celery's own log lines go through structlog too, so stdout is one format."""
     from worker.logging import configure_stdlib_logging
 
     configure_stdlib_logging(app.settings.log_format, schema=app.settings.log_schema)
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _refuse_unusable_configuration(sender: Any, **_: Any) -> None:
+    """Before `ready`: a policy or store the first message would die on stops the worker now,
+    with one line, instead of a worker that reports ready and fails every message."""
+    try:
+        sender.app.check_configuration()
+    except ConfigurationError as error:
+        _exit_unusable(str(error))
 
 
 @signals.worker_init.connect  # type: ignore[untyped-decorator]
@@ -175,4 +213,4 @@ def _remove_metrics_dir(**_: Any) -> None:
     metrics.cleanup()
 
 
-app = create_app()
+app = _app_from_environment()
