@@ -12,12 +12,21 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import settings
 
 from contracts import AttributionResult
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"
 FIXED_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+# Property tests: a quick look locally, a thorough one in CI (CI=true), or choose with
+# HYPOTHESIS_PROFILE=fast|thorough.
+settings.register_profile("fast", max_examples=100, deadline=None)
+settings.register_profile("thorough", max_examples=3_000, deadline=None)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "thorough" if os.environ.get("CI") else "fast")
+)
 
 BASE_MESSAGE: dict[str, Any] = {
     "schema_version": 1,

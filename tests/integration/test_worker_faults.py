@@ -466,7 +466,7 @@ def test_a_redelivered_identical_message_is_a_hit_and_raises_no_alert(
     hold = f"{rig.queue}-hold"  # nobody consumes it: a place to take the raw message from
     task_id = rig.app.send_task(SCORE, args=[message], queue=hold).id
     raw = rig.broker.rpop(hold)
-    assert raw is not None
+    assert isinstance(raw, bytes)
     rig.broker.lpush(rig.queue, raw)
     rig.records_of(task_id, 1)
     wait_for_value(lambda: unacked_count(BROKER_URL, rig.queue), 0, timeout=30)

@@ -300,7 +300,6 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=3000, deadline=None)
 @given(value=JSON_VALUES)
 def test_canonical_json_writes_exactly_the_json_module_s_bytes(value: Any) -> None:
     """The fast encoder and the standard library agree byte for byte on any JSON value."""
@@ -308,9 +307,7 @@ def test_canonical_json_writes_exactly_the_json_module_s_bytes(value: Any) -> No
 
 
 # `message` is a stateless factory: sharing it across examples is safe.
-@settings(
-    max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(params=st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=4), answer=st.text())
 def test_input_hash_is_the_sha256_of_json_module_bytes(
     message: MessageFactory, params: dict[str, Any], answer: str

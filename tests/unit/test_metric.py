@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts import METRIC_VERSION, evidence_coverage, score_claims
@@ -365,7 +365,6 @@ def claim_lists(draw: st.DrawFn) -> tuple[list[str], list[str]]:
     return required, draw(st.one_of(claim_ids, subset))
 
 
-@settings(max_examples=2000, deadline=None)
 @given(lists=claim_lists())
 def test_fast_path_matches_ragas(lists: tuple[list[str], list[str]]) -> None:
     """For any ID lists, score_claims and `.score()` agree and value is None exactly on errors."""

@@ -175,7 +175,7 @@ def test_parse_message_names_a_missing_field(message_dict: DictFactory) -> None:
 def test_parse_message_rejects_a_list_body() -> None:
     """A decoded body that is a list, not an object, is an InputError naming its type."""
     with pytest.raises(InputError) as raised:
-        parse_message([{"case_id": "refund-001"}], max_bytes=1000)  # type: ignore[arg-type]
+        parse_message([{"case_id": "refund-001"}], max_bytes=1000)
 
     assert str(raised.value) == "message must be a JSON object, got list"
 

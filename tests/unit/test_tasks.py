@@ -10,7 +10,7 @@ import http.server
 import json
 import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -76,7 +76,7 @@ def runtime(store: FlakyStore) -> Iterator[Service]:
 
 def run(
     task: Task, argument: Any, *, task_id: str = "task-1", redelivered: bool = False
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[dict[str, Any]], list[MutableMapping[str, Any]]]:
     """Run a task's body as the worker would for one delivery; return (result, log entries)."""
     task.push_request(id=task_id, delivery_info={"redelivered": redelivered}, retries=0)
     try:
@@ -87,7 +87,7 @@ def run(
     return result, logs
 
 
-def without_duration(entry: dict[str, Any]) -> dict[str, Any]:
+def without_duration(entry: MutableMapping[str, Any]) -> dict[str, Any]:
     """A log entry minus duration_ms, the one field that depends on the machine."""
     assert entry.get("duration_ms") is None or entry["duration_ms"] >= 0
     return {key: value for key, value in entry.items() if key != "duration_ms"}
@@ -512,7 +512,7 @@ def unused_port() -> int:
 PAYLOAD = {"event": "evidence_coverage.nondeterminism", "input_hash": "a" * 64}
 
 
-def deliver(url: str, *, retries: int = 3) -> list[dict[str, Any]]:
+def deliver(url: str, *, retries: int = 3) -> list[MutableMapping[str, Any]]:
     """Send one payload and close (which waits for delivery); return the captured log."""
     with capture_logs() as logs:
         sender = WebhookSender(url, timeout_seconds=2.0, retries=retries)
