@@ -1,8 +1,8 @@
 """The evidence-coverage rules: what a coverage number means (SPEC §1), without Ragas.
 
 The Ragas metric object wrapping these rules lives in contracts/ragas_metric.py and is
-imported only where it is called (the canary, the equivalence tests): importing Ragas costs
-more than a second of CPU and ~150 MB, and the scoring path never needs it.
+imported only where it is called (the canary, the equivalence tests): importing Ragas is
+most of a process's start-up time and memory, and the scoring path never needs it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _reason_prefix(n_supported: int, n_required: int) -> str:
 
 
 # The valid reason's counts part, made once for the usual list lengths: formatting two ints
-# per row was a quarter of the worker's scoring call (bench --micro).
+# per row is a large share of the worker's scoring call (bench --micro).
 _REASON_PREFIXES: Final = {
     (n_supported, n_required): _reason_prefix(n_supported, n_required)
     for n_required in range(1, 33)
@@ -51,7 +51,7 @@ def score_pair(
     """Apply SPEC §1's rules in order: (value, reason), or (None, prefix + first broken rule).
 
     The worker's path: exactly evidence_coverage.score()'s (value, reason), without Ragas's
-    per-call cost (a pydantic model and an event loop per call, ~0.5 ms). Invalid rows carry
+    per-call cost (a pydantic model and an event loop per call). Invalid rows carry
     Ragas's words around the exception (the metric itself passes no prefix: Ragas adds it).
     Ragas's range check cannot fire: a valid value is always within 0..1, supported being a
     duplicate-free subset of required. Inputs must already be lists of str (the message models

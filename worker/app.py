@@ -37,9 +37,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_SECONDS,
         "unacked_restore_throttle": 1,
         # What this app publishes on Redis carries its JSON body as JSON text, not base64:
-        # a fifth fewer bytes to move, store in the unacked hash and decode (a 100-message
-        # batch is ~250 KB instead of ~310 KB). Each message names its encoding, so base64
-        # ones from other publishers are still read.
+        # fewer bytes to move, store in the unacked hash and decode. Each message names its
+        # encoding, so base64 ones from other publishers are still read.
         "body_encoding": "utf-8",
     }
     config: dict[str, Any] = {
