@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ def describe(summary: str, *, example: str, details: str = "") -> dict[str, Any]
     """A subcommand's help text: what it does, then an example, defaults shown per option."""
     return {
         "help": summary,
-        "description": f"{details or summary}\n\nexample:\n  {PROG} {example}",
+        "description": f"{textwrap.fill(details or summary, 78)}\n\nexample:\n  {PROG} {example}",
         "formatter_class": argparse.RawDescriptionHelpFormatter,
     }
 

@@ -34,7 +34,8 @@ def register(commands: Any) -> None:
         "--html",
         metavar="OUT",
         type=Path,
-        help="also write a self-contained HTML page (histograms, tables, invalid reasons)",
+        help="also write a self-contained HTML page (histograms, tables, invalid reasons) "
+        "to OUT (default: none)",
     )
     parser.set_defaults(handler=run)
 

@@ -25,7 +25,12 @@ def register(commands: Any) -> None:
             "the same names are replaced).",
         ),
     )
-    parser.add_argument("--write", metavar="DIR", type=Path, help="write one file per schema")
+    parser.add_argument(
+        "--write",
+        metavar="DIR",
+        type=Path,
+        help="write one file per schema into DIR (default: print them)",
+    )
     parser.set_defaults(handler=run)
 
 
