@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from contracts import Attempt
+from tests import factories
 from tests.conftest import FIXED_NOW
 from worker.canary import run_canary, sample
 from worker.cli import main
@@ -17,19 +18,8 @@ from worker.stores.sqlite import SQLiteStore
 
 
 def attempt(value: float | None, reason: str, **overrides: Any) -> Attempt:
-    fields: dict[str, Any] = {
-        "case_id": "refund-001",
-        "task_id": "t-1",
-        "required_claim_ids": ["a", "b"],
-        "supported_claim_ids": ["a"],
-        "value": value,
-        "reason": reason,
-        "recorded_at": FIXED_NOW,
-        "metric_version": "evidence_coverage/1",
-        "ragas_version": "0.4.3",
-        "worker_version": "0.1.0",
-    }
-    return Attempt(**{**fields, **overrides})
+    fields = {"task_id": "t-1", "required_claim_ids": ["a", "b"], "supported_claim_ids": ["a"]}
+    return factories.attempt(value=value, reason=reason, **{**fields, **overrides})
 
 
 GOOD = attempt(0.5, "supported=1; required=2; missing=b")

@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from contracts import METRIC_VERSION, RAGAS_VERSION, Alert, AlertRecord, Attempt, CoverageRecord
 from contracts.records import ScoreRecord
+from tests import factories
 from worker.logging import (
     PER_MESSAGE_LOGGERS,
     configure_logging,
@@ -53,17 +54,13 @@ def score_record(**overrides: Any) -> ScoreRecord:
 
 
 def attempt(case_id: str, supported: list[str], value: float, reason: str) -> Attempt:
-    return Attempt(
+    return factories.attempt(
         case_id=case_id,
         task_id=f"task-{case_id}",
-        required_claim_ids=["refund-window", "refund-method", "support-channel"],
         supported_claim_ids=supported,
         value=value,
         reason=reason,
         recorded_at=WHEN,
-        metric_version=METRIC_VERSION,
-        ragas_version=RAGAS_VERSION,
-        worker_version="0.1.0",
     )
 
 

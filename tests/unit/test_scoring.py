@@ -12,6 +12,7 @@ import pytest
 
 from contracts import Alert, AttributionResult, ScoreRecord, input_hash, policy_from_threshold
 from tests.conftest import FIXED_NOW
+from tests.factories import expected_rejected, expected_scored
 from worker.errors import InputError, OversizeMessage
 from worker.intake import parse_message
 from worker.scoring import (
@@ -59,31 +60,7 @@ def store(make_store: Callable[[], SQLiteStore]) -> SQLiteStore:
 
 def scored(message: AttributionResult, **fields: Any) -> ScoreRecord:
     """The expected scored record of `message` on a miss in report-only mode, with overrides."""
-    expected: dict[str, Any] = {
-        "event": "evidence_coverage.scored",
-        "case_id": message.case_id,
-        "input_hash": input_hash(message),
-        "contract_version": "support-faq/2026-10",
-        "metric_version": "evidence_coverage/1",
-        "ragas_version": "0.4.3",
-        "worker_version": WORKER_VERSION,
-        "value": 2 / 3,
-        "reason": TWO_THIRDS_REASON,
-        "status": "scored",
-        "policy_group": "default",
-        "policy_version": None,
-        "threshold": None,
-        "blocking": True,
-        "owner": None,
-        "cache": "miss",
-        "observed_value": None,
-        "observed_reason": None,
-        "task_id": None,
-        "duration_ms": None,
-        "trace_id": None,
-        "line": None,
-    }
-    return ScoreRecord(**{**expected, **fields})
+    return ScoreRecord(**expected_scored(message, **fields))
 
 
 # --- parse_message ---------------------------------------------------------------------------
@@ -483,28 +460,10 @@ def test_process_many_of_nothing_is_empty(store: SQLiteStore) -> None:
 # --- rejected --------------------------------------------------------------------------------
 
 
-def expected_rejection(**fields: Any) -> ScoreRecord:
-    expected: dict[str, Any] = {
-        "event": "evidence_coverage.rejected",
-        "case_id": None,
-        "input_hash": None,
-        "contract_version": None,
-        "metric_version": "evidence_coverage/1",
-        "ragas_version": "0.4.3",
-        "worker_version": WORKER_VERSION,
-        "value": None,
-        "reason": "schema: bogus: Extra inputs are not permitted",
-        "status": "invalid",
-        "policy_group": None,
-        "policy_version": None,
-        "threshold": None,
-        "blocking": None,
-        "owner": "evaluation-data",
-        "cache": None,
-        "task_id": None,
-        "line": None,
-    }
-    return ScoreRecord(**{**expected, **fields})
+def expected_rejection(
+    reason: str = "schema: bogus: Extra inputs are not permitted", **fields: Any
+) -> ScoreRecord:
+    return ScoreRecord(**expected_rejected(reason, **fields))
 
 
 @pytest.mark.parametrize("encoding", ["str", "bytes", "dict"])

@@ -20,12 +20,12 @@ import structlog
 from celery import Task
 from structlog.testing import capture_logs
 
-from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt, AttributionResult, input_hash
+from contracts import Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
+from tests.factories import expected_rejected, expected_scored
 from worker.alerts import AlertSink, WebhookSender
 from worker.app import app, celery_config
 from worker.errors import TransientError
-from worker.scoring import WORKER_VERSION
 from worker.service import Service
 from worker.settings import Settings
 from worker.stores import Recorded
@@ -96,28 +96,8 @@ def without_duration(entry: MutableMapping[str, Any]) -> dict[str, Any]:
 def scored_entry(message: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The expected log entry of a report-only `scored` record (no policy configured)."""
     return {
-        "event": "evidence_coverage.scored",
         "log_level": "info",
-        "case_id": message["case_id"],
-        "input_hash": input_hash(AttributionResult.model_validate(message)),
-        "contract_version": message["contract_version"],
-        "metric_version": METRIC_VERSION,
-        "ragas_version": RAGAS_VERSION,
-        "worker_version": WORKER_VERSION,
-        "value": 2 / 3,
-        "reason": TWO_THIRDS_REASON,
-        "status": "scored",
-        "policy_group": "default",
-        "policy_version": None,
-        "threshold": None,
-        "blocking": True,
-        "owner": None,
-        "cache": "miss",
-        "observed_value": None,
-        "observed_reason": None,
-        "task_id": "task-1",
-        "trace_id": None,
-        "line": None,
+        **expected_scored(message, task_id="task-1"),
         "task_name": "evidence_coverage.score",
         "retries": 0,
         "redelivered": False,
@@ -126,31 +106,7 @@ def scored_entry(message: dict[str, Any], **fields: Any) -> dict[str, Any]:
 
 
 def rejected_entry(reason: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "event": "evidence_coverage.rejected",
-        "log_level": "warning",
-        "case_id": None,
-        "input_hash": None,
-        "contract_version": None,
-        "metric_version": METRIC_VERSION,
-        "ragas_version": RAGAS_VERSION,
-        "worker_version": WORKER_VERSION,
-        "value": None,
-        "reason": reason,
-        "status": "invalid",
-        "policy_group": None,
-        "policy_version": None,
-        "threshold": None,
-        "blocking": None,
-        "owner": "evaluation-data",
-        "cache": None,
-        "observed_value": None,
-        "observed_reason": None,
-        "task_id": "task-1",
-        "trace_id": None,
-        "line": None,
-        **fields,
-    }
+    return {"log_level": "warning", **expected_rejected(reason, task_id="task-1", **fields)}
 
 
 # Records

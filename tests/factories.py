@@ -1,0 +1,93 @@
+"""Expected values shared by the test modules: attempts and the records messages produce."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt, AttributionResult, input_hash
+from tests.conftest import FIXED_NOW
+from worker.scoring import WORKER_VERSION
+
+TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
+REQUIRED = ["refund-window", "refund-method", "support-channel"]
+
+
+def attempt(**overrides: Any) -> Attempt:
+    """A stored attempt of the base message (2 of 3 claims supported), with overrides."""
+    fields: dict[str, Any] = {
+        "case_id": "refund-001",
+        "task_id": "task-1",
+        "required_claim_ids": REQUIRED,
+        "supported_claim_ids": ["refund-window", "support-channel"],
+        "value": 2 / 3,
+        "reason": TWO_THIRDS_REASON,
+        "recorded_at": FIXED_NOW,
+        "metric_version": METRIC_VERSION,
+        "ragas_version": RAGAS_VERSION,
+        "worker_version": WORKER_VERSION,
+    }
+    return Attempt(**{**fields, **overrides})
+
+
+def expected_scored(
+    message: AttributionResult | Mapping[str, Any], **fields: Any
+) -> dict[str, Any]:
+    """The record fields of `message` scored on a miss in report-only mode (2 of 3 claims)."""
+    model = (
+        message
+        if isinstance(message, AttributionResult)
+        else AttributionResult.model_validate(message)
+    )
+    return {
+        "event": "evidence_coverage.scored",
+        "case_id": model.case_id,
+        "input_hash": input_hash(model),
+        "contract_version": model.contract_version,
+        "metric_version": METRIC_VERSION,
+        "ragas_version": RAGAS_VERSION,
+        "worker_version": WORKER_VERSION,
+        "value": 2 / 3,
+        "reason": TWO_THIRDS_REASON,
+        "status": "scored",
+        "policy_group": "default",
+        "policy_version": None,
+        "threshold": None,
+        "blocking": True,
+        "owner": None,
+        "cache": "miss",
+        "observed_value": None,
+        "observed_reason": None,
+        "task_id": None,
+        "trace_id": None,
+        "line": None,
+        **fields,
+    }
+
+
+def expected_rejected(reason: str, **fields: Any) -> dict[str, Any]:
+    """The record fields of a message rejected before scoring with `reason`."""
+    return {
+        "event": "evidence_coverage.rejected",
+        "case_id": None,
+        "input_hash": None,
+        "contract_version": None,
+        "metric_version": METRIC_VERSION,
+        "ragas_version": RAGAS_VERSION,
+        "worker_version": WORKER_VERSION,
+        "value": None,
+        "reason": reason,
+        "status": "invalid",
+        "policy_group": None,
+        "policy_version": None,
+        "threshold": None,
+        "blocking": None,
+        "owner": "evaluation-data",
+        "cache": None,
+        "observed_value": None,
+        "observed_reason": None,
+        "task_id": None,
+        "trace_id": None,
+        "line": None,
+        **fields,
+    }
