@@ -19,6 +19,7 @@ import pytest
 
 from contracts import Attempt
 from tests.conftest import FIXED_NOW
+from tests.integration.test_stores import write_version_0_sqlite
 from worker.stores import ResultStore
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore
@@ -92,6 +93,24 @@ def opener(process: int, barrier: Any, results: Any, path: str, files: int) -> N
             barrier.wait(BARRIER_TIMEOUT_SECONDS)
             SQLiteStore(Path(path) / f"fresh-{n}.sqlite3").close()
             results.put(("opened", process, n))
+    except BaseException:
+        results.put(("error", process, traceback.format_exc()))
+        barrier.abort()
+    finally:
+        results.put(("done", process, None))
+
+
+def legacy_opener(process: int, barrier: Any, results: Any, path: str) -> None:
+    """Child process: open a file of the previous schema at the same moment as the others and
+    record one attempt under the hash it holds."""
+    try:
+        barrier.wait(BARRIER_TIMEOUT_SECONDS)
+        store = SQLiteStore(path)
+        try:
+            recorded = store.record(race_hash(0), race_attempt(process, 1), now=FIXED_NOW)
+            results.put(("seen", process, recorded.cache))
+        finally:
+            store.close()
     except BaseException:
         results.put(("error", process, traceback.format_exc()))
         barrier.abort()
@@ -226,6 +245,32 @@ def test_sqlite_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path)
 
     assert sorted(reports) == sorted(
         ("opened", process, n) for process in range(PROCESSES) for n in range(files)
+    )
+
+
+def test_sqlite_processes_opening_a_previous_version_file_at_once_migrate_it_once(
+    tmp_path: Path, open_sqlite: Callable[[Path], SQLiteStore]
+) -> None:
+    """Six processes opening a file of the previous schema at once: each records beside the
+    attempts it held, which all read back."""
+    path = tmp_path / "legacy.sqlite3"
+    kept = [race_attempt(process, 0) for process in (1, 2)]  # agree with one another
+    write_version_0_sqlite(path, {race_hash(0): kept}, expires_at=None)
+
+    reports = run_processes(legacy_opener, str(path))
+
+    seen = sorted(cache for kind, _, cache in reports if kind == "seen")
+    history = open_sqlite(path).history(race_hash(0))
+    assert history is not None
+    assert history.first == kept[0]
+    assert history.attempts[:2] == kept
+    assert sorted(a.case_id or "" for a in history.attempts[2:]) == sorted(
+        f"case-p{process}-r1" for process in range(PROCESSES)
+    )
+    assert history.total_attempts == 2 + PROCESSES
+    assert seen == sorted(
+        "hit" if outcome_of(process, 1) == outcome_of(1, 0) else "conflict"
+        for process in range(PROCESSES)
     )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +20,7 @@ from worker.settings import Settings
 from worker.stores import DeadLetter, History, Recorded, ResultStore, open_store
 from worker.stores.keys import attempts_key, outcome_key
 from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 HASH = "a" * 64
 OTHER_HASH = "b" * 64
@@ -522,6 +524,341 @@ def test_record_many_of_nothing_is_empty(store: ResultStore) -> None:
     assert store.record_many([], now=FIXED_NOW) == []
 
 
+def test_record_many_trims_to_the_bound_within_and_across_batches(
+    make_store: StoreFactory,
+) -> None:
+    """With a bound of 3, a batch of 5 attempts keeps the newest 3; another batch, its 3."""
+    store = make_store(max_attempts_per_hash=3)
+    attempts = [attempt(n) for n in range(1, 9)]
+
+    store.record_many([(HASH, each) for each in attempts[:5]], now=FIXED_NOW)
+    after_one = store.history(HASH)
+    store.record_many([(HASH, each) for each in attempts[5:]], now=FIXED_NOW)
+
+    assert after_one is not None
+    assert (after_one.attempts, after_one.total_attempts) == (attempts[2:5], 5)
+    assert store.history(HASH) == History(
+        input_hash=HASH, first=attempts[0], attempts=attempts[5:], total_attempts=8
+    )
+
+
+# --- "same outcome": one definition, every store alike ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "later", "cache"),
+    [
+        pytest.param((0.5, "r"), (0.5, "r"), "hit", id="equal"),
+        pytest.param((0.5, "r"), (0.50000000001, "r"), "conflict", id="0.5-vs-0.50000000001"),
+        pytest.param((0.0, "r"), (-0.0, "r"), "conflict", id="zero-then-negative-zero"),
+        pytest.param((-0.0, "r"), (-0.0, "r"), "hit", id="negative-zero-twice"),
+        pytest.param((0.5, "a b"), (0.5, "a  b"), "conflict", id="reason-inner-whitespace"),
+        pytest.param((0.5, "r"), (0.5, "r "), "conflict", id="reason-trailing-space"),
+        pytest.param((0.5, "r"), (0.5, "r\n"), "conflict", id="reason-trailing-newline"),
+        pytest.param((float("nan"), "r"), (None, "r"), "hit", id="nan-is-kept-as-null"),
+    ],
+)
+def test_every_store_decides_same_outcome_alike(
+    store: ResultStore,
+    first: tuple[float | None, str],
+    later: tuple[float | None, str],
+    cache: str,
+) -> None:
+    """Each store compares outcome_json() strings: the same hit or conflict on edge cases."""
+    store.record(HASH, attempt(1, value=first[0], reason=first[1]), now=FIXED_NOW)
+
+    recorded = store.record(HASH, attempt(2, value=later[0], reason=later[1]), now=FIXED_NOW)
+
+    assert recorded.cache == cache
+
+
+# --- entries: each attempt's identity, the first's lists when they are the same ---------------
+
+
+def stored_entries(store: ResultStore, input_hash: str) -> list[str]:
+    """The attempt entries as the store holds them, oldest first."""
+    if isinstance(store, SQLiteStore):
+        with contextlib.closing(sqlite3.connect(store.path)) as db:
+            rows = db.execute(
+                "SELECT a.attempt FROM attempts AS a JOIN outcomes AS o ON o.id = a.outcome_id"
+                " WHERE o.input_hash = ? ORDER BY a.id",
+                (input_hash,),
+            ).fetchall()
+        return [text for (text,) in rows]
+    assert isinstance(store, RedisStore)
+    entries = store.client.lrange(attempts_key(store.prefix, input_hash), 0, -1)
+    assert isinstance(entries, list)
+    return [entry.decode() if isinstance(entry, bytes) else entry for entry in entries]
+
+
+def stored_first(store: ResultStore, input_hash: str) -> str:
+    """The first attempt's JSON as the store holds it."""
+    if isinstance(store, SQLiteStore):
+        with contextlib.closing(sqlite3.connect(store.path)) as db:
+            (text,) = db.execute(
+                "SELECT first_attempt FROM outcomes WHERE input_hash = ?", (input_hash,)
+            ).fetchone()
+        return str(text)
+    assert isinstance(store, RedisStore)
+    first = store.client.hget(outcome_key(store.prefix, input_hash), "first")
+    assert isinstance(first, bytes)
+    return first.decode()
+
+
+def test_hit_keeps_its_identity_and_reads_back_with_the_first_lists(store: ResultStore) -> None:
+    """A hit is stored as [case, task, time] and read back whole: its own identity, the lists."""
+    first = attempt(1)
+    hit = attempt(2, recorded_at=FIXED_NOW + timedelta(seconds=7))
+    store.record(HASH, first, now=FIXED_NOW)
+
+    store.record(HASH, hit, now=FIXED_NOW + timedelta(seconds=7))
+    history = store.history(HASH)
+
+    assert stored_entries(store, HASH) == [
+        '["refund-001","task-1","2026-12-01T12:00:00Z"]',
+        '["refund-002","task-2","2026-12-01T12:00:07Z"]',
+    ]
+    assert history is not None
+    read = history.attempts[1]
+    assert (read.case_id, read.task_id, read.recorded_at) == (
+        "refund-002",
+        "task-2",
+        FIXED_NOW + timedelta(seconds=7),
+    )
+    assert read.required_claim_ids == ["refund-window", "refund-method", "support-channel"]
+    assert read.supported_claim_ids == ["refund-window", "support-channel"]
+    assert (
+        history.model_dump_json()
+        == History(
+            input_hash=HASH, first=first, attempts=[first, hit], total_attempts=2
+        ).model_dump_json()
+    )
+
+
+def test_conflict_with_other_supported_ids_keeps_its_own_lists(store: ResultStore) -> None:
+    """A conflicting attempt with different supported IDs is stored with its own lists."""
+    first = attempt(1)
+    observed = attempt(2, value=1 / 3, reason=ONE_THIRD_REASON).model_copy(
+        update={"supported_claim_ids": ["refund-window"]}
+    )
+    store.record(HASH, first, now=FIXED_NOW)
+
+    store.record(HASH, observed, now=FIXED_NOW)
+    history = store.history(HASH)
+
+    assert history is not None
+    assert history.attempts == [first, observed]
+    assert history.attempts[1].supported_claim_ids == ["refund-window"]
+    assert json.loads(stored_entries(store, HASH)[1])[3]["supported_claim_ids"] == ["refund-window"]
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        pytest.param({"worker_version": "0.2.0"}, id="other-worker-version"),
+        pytest.param({"ragas_version": "0.4.4"}, id="other-ragas-version"),
+        pytest.param({"redelivered": True}, id="redelivered"),
+        pytest.param(
+            {"required_claim_ids": ["support-channel", "refund-window", "refund-method"]},
+            id="lists-in-another-order",
+        ),
+        pytest.param({"case_id": None, "task_id": None}, id="no-case-or-task-id"),
+    ],
+)
+def test_hit_differing_from_the_first_elsewhere_keeps_its_own_fields(
+    store: ResultStore, update: dict[str, Any]
+) -> None:
+    """A hit whose versions, lists or redelivery differ from the first's reads back as given."""
+    first = attempt(1)
+    hit = attempt(2).model_copy(update=update)
+    store.record(HASH, first, now=FIXED_NOW)
+
+    assert store.record(HASH, hit, now=FIXED_NOW).cache == "hit"
+    assert store.history(HASH) == History(
+        input_hash=HASH, first=first, attempts=[first, hit], total_attempts=2
+    )
+
+
+def test_sqlite_and_redis_store_the_same_strings(tmp_path: Path) -> None:
+    """The Redis script and the Python code build the same first and entries, byte for byte."""
+    sqlite_store = SQLiteStore(tmp_path / "s.sqlite3")
+    redis_store = RedisStore(fakeredis.FakeRedis(server=fakeredis.FakeServer()), prefix="same")
+    attempts = [
+        attempt(1, reason='supported=2; "quoted" réf'),
+        attempt(2, reason='supported=2; "quoted" réf'),
+        attempt(3, value=0.5),
+        attempt(4).model_copy(update={"supported_claim_ids": ["refund-window"]}),
+        attempt(5, value=None).model_copy(update={"redelivered": True, "case_id": None}),
+    ]
+    try:
+        for store in (sqlite_store, redis_store):
+            store.record_many([(HASH, each) for each in attempts], now=FIXED_NOW)
+
+        assert stored_first(sqlite_store, HASH) == stored_first(redis_store, HASH)
+        assert stored_entries(sqlite_store, HASH) == stored_entries(redis_store, HASH)
+        assert sqlite_store.history(HASH) == redis_store.history(HASH)
+    finally:
+        sqlite_store.close()
+        redis_store.close()
+
+
+# --- what earlier versions stored reads back the same ------------------------------------------
+
+# The SQLite schema before attempts were keyed by outcome id (schema version 0).
+SCHEMA_V0 = """
+CREATE TABLE outcomes (
+    input_hash TEXT PRIMARY KEY,
+    first_attempt TEXT NOT NULL,
+    total_attempts INTEGER NOT NULL,
+    expires_at TEXT
+);
+CREATE TABLE attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    input_hash TEXT NOT NULL,
+    attempt TEXT NOT NULL
+);
+CREATE INDEX attempts_by_hash ON attempts (input_hash, id);
+CREATE TABLE alerts (id INTEGER PRIMARY KEY AUTOINCREMENT, alert TEXT NOT NULL);
+CREATE TABLE deliveries (task_id TEXT PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE dead_letters (id INTEGER PRIMARY KEY AUTOINCREMENT, letter TEXT NOT NULL);
+"""
+Histories = dict[str, list[Attempt]]
+
+
+def write_version_0_sqlite(path: Path, histories: Histories, expires_at: str | None) -> None:
+    """Rows as the previous SQLiteStore wrote them: every attempt whole, keyed by hash."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(SCHEMA_V0)
+        for input_hash, attempts in histories.items():
+            db.execute(
+                "INSERT INTO outcomes VALUES (?, ?, ?, ?)",
+                (input_hash, attempts[0].model_dump_json(), len(attempts), expires_at),
+            )
+            db.executemany(
+                "INSERT INTO attempts (input_hash, attempt) VALUES (?, ?)",
+                [(input_hash, each.model_dump_json()) for each in attempts],
+            )
+        db.commit()
+
+
+def write_version_0_redis(store: RedisStore, histories: Histories) -> None:
+    """Keys as the previous RECORD_LUA wrote them: no `shared` field, every attempt whole."""
+    for input_hash, attempts in histories.items():
+        first = attempts[0]
+        store.client.hset(
+            outcome_key(store.prefix, input_hash),
+            mapping={
+                "outcome": json.dumps([first.value, first.reason], ensure_ascii=False),
+                "first": first.model_dump_json(),
+                "total": len(attempts),
+            },
+        )
+        store.client.rpush(
+            attempts_key(store.prefix, input_hash), *(each.model_dump_json() for each in attempts)
+        )
+
+
+LegacyFactory = Callable[[Histories], ResultStore]
+
+
+@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+def make_legacy_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LegacyFactory]:
+    """Every store kind in turn, opened on histories the previous version wrote."""
+    with store_factory(request.param, request, tmp_path) as make:
+
+        def legacy(histories: Histories) -> ResultStore:
+            if request.param == "sqlite":
+                write_version_0_sqlite(tmp_path / "s.sqlite3", histories, expires_at=None)
+                return make()
+            store = make()
+            assert isinstance(store, RedisStore)
+            write_version_0_redis(store, histories)
+            return store
+
+        yield legacy
+
+
+def test_whole_attempts_of_the_previous_version_read_back_the_same(
+    make_legacy_store: LegacyFactory,
+) -> None:
+    """Histories stored with full lists in every attempt come back exactly as recorded."""
+    attempts = [
+        attempt(1),
+        attempt(2, value=1 / 3, reason=ONE_THIRD_REASON).model_copy(
+            update={"supported_claim_ids": ["refund-window"]}
+        ),
+        attempt(3),
+    ]
+    store = make_legacy_store({HASH: attempts, OTHER_HASH: [attempt(4)]})
+
+    assert store.history(HASH) == History(
+        input_hash=HASH, first=attempts[0], attempts=attempts, total_attempts=3
+    )
+    assert sorted(store.first_outcomes(), key=lambda pair: pair[0]) == [
+        (HASH, attempts[0]),
+        (OTHER_HASH, attempt(4)),
+    ]
+
+
+def test_new_attempts_beside_a_previous_version_first_compare_and_read_back(
+    make_legacy_store: LegacyFactory,
+) -> None:
+    """A hash recorded by the previous version: a new hit, a new conflict, all read back whole."""
+    first = attempt(1)
+    store = make_legacy_store({HASH: [first]})
+    hit, observed = attempt(2), attempt(3, value=0.5)
+
+    results = store.record_many([(HASH, hit), (HASH, observed)], now=FIXED_NOW)
+
+    assert [result.cache for result in results] == ["hit", "conflict"]
+    assert [result.first for result in results] == [first, first]
+    assert store.history(HASH) == History(
+        input_hash=HASH, first=first, attempts=[first, hit, observed], total_attempts=3
+    )
+
+
+def test_sqlite_version_0_file_is_migrated_on_open(tmp_path: Path) -> None:
+    """A file of the previous layout is re-keyed once, keeping its rows and expiry."""
+    path = tmp_path / "s.sqlite3"
+    attempts = [attempt(1), attempt(2)]
+    expires_at = FIXED_NOW + timedelta(hours=1)
+    write_version_0_sqlite(path, {HASH: attempts}, expires_at=expires_at.isoformat())
+
+    SQLiteStore(path).close()
+    store = SQLiteStore(path)
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+        assert version == SCHEMA_VERSION
+        assert "attempts_by_hash" not in tables
+        assert not {"outcomes_v0", "attempts_v0"} & tables
+        assert store.history(HASH) == History(
+            input_hash=HASH,
+            first=attempts[0],
+            attempts=attempts,
+            total_attempts=2,
+            expires_at=expires_at,
+        )
+    finally:
+        store.close()
+
+
+def test_sqlite_file_of_a_newer_schema_is_a_configuration_error(tmp_path: Path) -> None:
+    """A file written by a newer worker is refused, not misread."""
+    path = tmp_path / "s.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+
+    with pytest.raises(ConfigurationError) as raised:
+        SQLiteStore(path)
+
+    assert str(raised.value) == (
+        f"SQLite store {path} has schema version {SCHEMA_VERSION + 1}, written by a newer"
+        f" worker (this one reads up to {SCHEMA_VERSION})"
+    )
+
+
 # --- TTL -------------------------------------------------------------------------------------
 
 
@@ -543,6 +880,32 @@ def test_sqlite_outcome_expires_after_ttl(tmp_path: Path) -> None:
             expires_at=FIXED_NOW + timedelta(seconds=121),
         )
         assert store.alerts() == []
+    finally:
+        store.close()
+
+
+def test_sqlite_expired_outcome_restarts_within_a_batch(tmp_path: Path) -> None:
+    """After the TTL, a batch of two equal attempts is a miss (the new first), then a hit."""
+    store = SQLiteStore(tmp_path / "s.sqlite3", ttl_seconds=60, max_attempts_per_hash=3)
+    try:
+        for n in range(1, 5):
+            store.record(HASH, attempt(n), now=FIXED_NOW)
+        later = FIXED_NOW + timedelta(seconds=61)
+        new_first, again = attempt(5, value=0.5), attempt(6, value=0.5)
+
+        results = store.record_many([(HASH, new_first), (HASH, again)], now=later)
+
+        assert results == [
+            Recorded(cache="miss", first=new_first),
+            Recorded(cache="hit", first=new_first),
+        ]
+        assert store.history(HASH) == History(
+            input_hash=HASH,
+            first=new_first,
+            attempts=[new_first, again],
+            total_attempts=2,
+            expires_at=later + timedelta(seconds=60),
+        )
     finally:
         store.close()
 
@@ -663,4 +1026,6 @@ def test_open_store_unopenable_sqlite_file_is_a_configuration_error(tmp_path: Pa
     with pytest.raises(ConfigurationError) as raised:
         open_store(f"sqlite:///{path}", Settings())
 
-    assert str(raised.value) == f"cannot open SQLite store {path}: unable to open database file"
+    assert str(raised.value) == (
+        f"cannot open SQLite store {path}: directory {path.parent} does not exist (create it first)"
+    )

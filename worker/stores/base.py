@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
@@ -45,13 +47,35 @@ class DeadLetter(BaseModel):
     task_id: str | None = None
 
 
+def outcome_json(attempt: Attempt) -> str:
+    """The definition of "same outcome": two attempts agree exactly when these strings are equal.
+
+    classify() compares them, and the Redis script compares them too (stored beside each first
+    attempt), so both stores decide hit or conflict by this one string: the value spelled as
+    json writes it (repr: exact, so 0.5 and 0.50000000001 differ and -0.0 is not 0.0) and the
+    reason verbatim (whitespace counts). A non-finite value is spelled as the stores keep it,
+    null (pydantic writes NaN and infinities as null), so an outcome compares the same before
+    and after a round trip through either store. The spelling must never change, as Redis keeps
+    these strings from earlier versions: it is `json.dumps([value, reason], ensure_ascii=False)`,
+    written out because it runs several times per attempt.
+    """
+    return f"[{value_json(attempt.value)}, {encode_basestring(attempt.reason)}]"
+
+
+def value_json(value: float | None) -> str:
+    """A metric value as outcome_json() spells it, also valid JSON for an attempt's `value`."""
+    if value is None or not math.isfinite(value):
+        return "null"
+    return float.__repr__(value)
+
+
 def classify(first: Attempt, attempt: Attempt) -> CacheOutcome:
-    """hit when (value, reason) agree exactly with the first attempt, conflict otherwise."""
-    return "hit" if first.outcome == attempt.outcome else "conflict"
+    """hit when the attempt's outcome_json() is the first's, conflict otherwise."""
+    return "hit" if outcome_json(first) == outcome_json(attempt) else "conflict"
 
 
-class ResultStore(Protocol):
-    """First-writer-wins outcomes, attempts, alerts and dead letters.
+class OutcomeStore(Protocol):
+    """First-writer-wins outcomes and the attempts behind them.
 
     record() is atomic: of several writers racing on one new hash exactly one sees `miss`.
     A conflict's alert is appended to the alert log in the same transaction (SQLite) or in
@@ -66,11 +90,19 @@ class ResultStore(Protocol):
         self, items: Sequence[tuple[str, Attempt]], *, now: datetime
     ) -> list[Recorded]: ...
 
-    def history(self, input_hash: str) -> History | None: ...
+    def history(self, input_hash: str) -> History | None:
+        """The first attempt and the newest attempts, each whole (as it was recorded)."""
+        ...
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         """Every stored (input hash, first attempt), in no particular order (for the canary)."""
         ...
+
+    def close(self) -> None: ...
+
+
+class AuditTrail(Protocol):
+    """What reviewers and the poison-message guard read: alerts, dead letters, delivery counts."""
 
     def alerts(self, limit: int = 100) -> list[Alert]: ...
 
@@ -85,3 +117,7 @@ class ResultStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ResultStore(OutcomeStore, AuditTrail, Protocol):
+    """Both halves on one backend, as the worker and the CLI open it (see open_store)."""

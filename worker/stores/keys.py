@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 def outcome_key(prefix: str, input_hash: str) -> str:
-    """HASH: outcome (canonical [value, reason] JSON), first (attempt JSON), total."""
+    """HASH: outcome (outcome_json() of the first attempt), first (the whole first attempt's
+    JSON), shared (its shared_json(); absent where an earlier version wrote the hash), total."""
     return f"{prefix}:{{{input_hash}}}:outcome"
 
 
@@ -16,7 +17,7 @@ def hash_from_outcome_key(prefix: str, key: str) -> str:
 
 
 def attempts_key(prefix: str, input_hash: str) -> str:
-    """LIST of attempt JSON, newest last, trimmed to the per-hash bound."""
+    """LIST of attempt entries (worker/stores/attempts.py), newest last, trimmed to the bound."""
     return f"{prefix}:{{{input_hash}}}:attempts"
 
 

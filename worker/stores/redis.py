@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -14,6 +13,7 @@ from redis.exceptions import NoScriptError
 
 from contracts import Alert, Attempt
 from worker.errors import TransientError
+from worker.stores.attempts import Expander, script_args
 from worker.stores.base import DeadLetter, History, Recorded
 from worker.stores.keys import (
     alerts_key,
@@ -30,27 +30,44 @@ DELIVERY_COUNT_TTL_SECONDS = 86_400
 SCAN_BATCH = 500
 
 # KEYS: outcome hash and attempts list of each attempt in turn. ARGV: attempt bound, ttl
-# (0: none), then attempt JSON and outcome JSON of each attempt in turn. Returns, per attempt,
-# {cache} on a miss, {cache, first attempt JSON} otherwise. Comparing the canonical outcome
-# strings inside the script is what makes "first writer wins" atomic; attempts are recorded
-# in order, so two with one hash in a batch behave as if sent one after the other.
+# (0: none), then the script_args() of each attempt in turn: its case ID, task ID and time as
+# JSON values, outcome_json(), outcome_members(), shared_json(). Returns, per attempt,
+# {cache} on a miss, {cache, first attempt JSON} otherwise. Comparing the outcome strings inside
+# the script is what makes "first writer wins" atomic; attempts are recorded in order, so two
+# with one hash in a batch behave as if sent one after the other. Entries and the first attempt
+# are assembled exactly as entry() and whole() in worker/stores/attempts.py do.
+# A hash written before `shared` was kept has none: its entries keep their lists.
 RECORD_LUA = """
 local bound, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local replies = {}
 for i = 1, #KEYS / 2 do
   local outcome_key, attempts_key = KEYS[2 * i - 1], KEYS[2 * i]
-  local attempt, outcome = ARGV[2 * i + 1], ARGV[2 * i + 2]
-  local first = redis.call('HGET', outcome_key, 'outcome')
+  local at = 2 + 6 * (i - 1)
+  local case_id, task_id, recorded_at = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local outcome, outcome_members, shared = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
+  local entry = '[' .. case_id .. ',' .. task_id .. ',' .. recorded_at
+  local first = redis.call('HMGET', outcome_key, 'outcome', 'shared')
   local cache = 'miss'
-  if first then
+  if first[1] then
     redis.call('HINCRBY', outcome_key, 'total', 1)
-    if first == outcome then cache = 'hit' else cache = 'conflict' end
+    local differing = {}
+    if first[1] == outcome then
+      cache = 'hit'
+    else
+      cache = 'conflict'
+      differing[#differing + 1] = outcome_members
+    end
+    if first[2] ~= shared then differing[#differing + 1] = shared end
+    if #differing > 0 then entry = entry .. ',{' .. table.concat(differing, ',') .. '}' end
   else
-    redis.call('HSET', outcome_key, 'outcome', outcome, 'first', attempt, 'total', 1)
+    local whole = '{"case_id":' .. case_id .. ',"task_id":' .. task_id .. ',"recorded_at":'
+      .. recorded_at .. ',' .. outcome_members .. ',' .. shared .. '}'
+    redis.call('HSET', outcome_key, 'outcome', outcome, 'first', whole, 'shared', shared,
+      'total', 1)
     -- a new first outcome (only possible after expiry) starts a new history
     redis.call('DEL', attempts_key)
   end
-  redis.call('RPUSH', attempts_key, attempt)
+  redis.call('RPUSH', attempts_key, entry .. ']')
   redis.call('LTRIM', attempts_key, -bound, -1)
   if cache == 'miss' then
     if ttl > 0 then
@@ -69,14 +86,6 @@ return replies
 ATTEMPTS_PER_CALL = 200
 
 T = TypeVar("T")
-
-
-def outcome_json(attempt: Attempt) -> str:
-    """The string two attempts must share to agree: repr-exact floats, the reason verbatim.
-
-    Stored beside each first attempt, so it must never change spelling: json.dumps, as ever.
-    """
-    return json.dumps([attempt.value, attempt.reason], ensure_ascii=False)
 
 
 class RedisStore:
@@ -134,7 +143,7 @@ class RedisStore:
                     outcome_key(self.prefix, input_hash),
                     attempts_key(self.prefix, input_hash),
                 )
-                args += (attempt.model_dump_json(), outcome_json(attempt))
+                args += script_args(attempt)
             calls.append((keys, args))
         replies = [
             reply for chunk in self._call(lambda: self._run_scripts(calls)) for reply in chunk
@@ -235,10 +244,11 @@ class RedisStore:
             return None
         # PTTL is -1 for a key kept forever; report expiry as the SQLite store does.
         expires_at = datetime.now(UTC) + timedelta(milliseconds=ttl_ms) if ttl_ms > 0 else None
+        first = Attempt.model_validate_json(fields[b"first"])
         return History(
             input_hash=input_hash,
-            first=Attempt.model_validate_json(fields[b"first"]),
-            attempts=[Attempt.model_validate_json(text) for text in attempts],
+            first=first,
+            attempts=Expander(first).attempts(attempts),
             total_attempts=int(fields[b"total"]),
             expires_at=expires_at,
         )

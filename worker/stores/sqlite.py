@@ -5,34 +5,56 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from contracts import Alert, Attempt
 from worker.errors import ConfigurationError
+from worker.stores.attempts import Expander, entry, same_shared_fields, whole
 from worker.stores.base import DeadLetter, History, Recorded, classify
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS outcomes (
-    input_hash TEXT PRIMARY KEY,
-    first_attempt TEXT NOT NULL,
-    total_attempts INTEGER NOT NULL,
-    expires_at TEXT
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    input_hash TEXT NOT NULL,
-    attempt TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS attempts_by_hash ON attempts (input_hash, id);
-CREATE TABLE IF NOT EXISTS alerts (id INTEGER PRIMARY KEY AUTOINCREMENT, alert TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS deliveries (task_id TEXT PRIMARY KEY, count INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS dead_letters (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, letter TEXT NOT NULL
-);
-"""
+# Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
+# keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry.
+SCHEMA_VERSION = 1
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS outcomes (
+        id INTEGER PRIMARY KEY,
+        input_hash TEXT NOT NULL UNIQUE,
+        first_attempt TEXT NOT NULL,
+        total_attempts INTEGER NOT NULL,
+        expires_at TEXT
+    )""",
+    # attempt: an entry as worker.stores.attempts writes it (or a whole attempt, before).
+    """CREATE TABLE IF NOT EXISTS attempts (
+        id INTEGER PRIMARY KEY,
+        outcome_id INTEGER NOT NULL,
+        attempt TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS attempts_by_outcome ON attempts (outcome_id, id)",
+    "CREATE TABLE IF NOT EXISTS alerts (id INTEGER PRIMARY KEY AUTOINCREMENT, alert TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS deliveries (task_id TEXT PRIMARY KEY, count INTEGER NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS dead_letters (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, letter TEXT NOT NULL
+    )""",
+)
+# From version 0: the same rows, attempts re-keyed; their whole-attempt entries read as before.
+MIGRATE_FROM_0 = (
+    "ALTER TABLE outcomes RENAME TO outcomes_v0",
+    "ALTER TABLE attempts RENAME TO attempts_v0",
+    *SCHEMA[:3],
+    "INSERT INTO outcomes (input_hash, first_attempt, total_attempts, expires_at)"
+    " SELECT input_hash, first_attempt, total_attempts, expires_at FROM outcomes_v0"
+    " ORDER BY rowid",
+    "INSERT INTO attempts (id, outcome_id, attempt)"
+    " SELECT a.id, o.id, a.attempt FROM attempts_v0 AS a"
+    " JOIN outcomes AS o ON o.input_hash = a.input_hash ORDER BY a.id",
+    "DROP TABLE attempts_v0",
+    "DROP TABLE outcomes_v0",
+)
 
 MAX_ALERTS = 10_000
+OUTCOMES_PER_READ = 500  # hashes per SELECT ... IN (...), well below SQLite's variable limit
 MAX_DEAD_LETTERS = 10_000
 
 
@@ -48,6 +70,24 @@ def _enable_wal(db: sqlite3.Connection, timeout_seconds: float) -> None:
             if "locked" not in str(error) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.01)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """One hash's row while a batch is recorded: its count so far and its first attempt."""
+
+    id: int
+    total: int
+    first: str | Attempt  # as stored, parsed when first needed
+    expires_at: str | None
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and datetime.fromisoformat(self.expires_at) <= now
+
+    def first_attempt(self) -> Attempt:
+        if isinstance(self.first, str):
+            self.first = Attempt.model_validate_json(self.first)
+        return self.first
 
 
 class SQLiteStore:
@@ -74,70 +114,154 @@ class SQLiteStore:
                 check_same_thread=False,
             )
             _enable_wal(self._db, busy_timeout_seconds)
-            self._db.executescript(SCHEMA)
+            self._create_schema()
         except sqlite3.Error as error:
             raise ConfigurationError(f"cannot open SQLite store {self.path}: {error}") from None
+
+    def _schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _create_schema(self) -> None:
+        """Create the tables, or bring a file of an earlier version up to this one, once: the
+        first process to take the write lock does it, the others then find it done."""
+        if self._schema_version() == SCHEMA_VERSION:
+            return
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._schema_version()
+            if version > SCHEMA_VERSION:
+                raise ConfigurationError(
+                    f"SQLite store {self.path} has schema version {version}, written by a newer"
+                    f" worker (this one reads up to {SCHEMA_VERSION})"
+                )
+            if version == 0 and self._has_version_0_tables():
+                for statement in MIGRATE_FROM_0:
+                    db.execute(statement)
+            for statement in SCHEMA:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _has_version_0_tables(self) -> bool:
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+        return "input_hash" in columns
 
     def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded:
         return self.record_many([(input_hash, attempt)], now=now)[0]
 
     def record_many(self, items: Sequence[tuple[str, Attempt]], *, now: datetime) -> list[Recorded]:
-        """Record in order, in one transaction: a repeated hash sees the earlier item as first."""
+        """Record in order, in one transaction: a repeated hash sees the earlier item as first.
+
+        The batch's outcomes are read in a few statements and their counts, entries and alerts
+        written in a few more after the loop: the same rows as one by one, in fewer statements.
+        """
+        expires_at = (now + self.ttl).isoformat() if self.ttl else None
         results: list[Recorded] = []
+        entries: list[tuple[int, str]] = []
+        counted: set[int] = set()
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            outcomes = self._outcomes({input_hash for input_hash, _ in items})
             for input_hash, attempt in items:
-                results.append(self._record_one(input_hash, attempt, now))
+                outcome = outcomes.get(input_hash)
+                if outcome is not None and outcome.expired(now):
+                    # A new first outcome starts a new history. No entry of the old one is
+                    # pending: an earlier item under this hash would have restarted it already.
+                    db.execute("DELETE FROM attempts WHERE outcome_id = ?", (outcome.id,))
+                    db.execute(
+                        "UPDATE outcomes SET first_attempt = ?, total_attempts = 1,"
+                        " expires_at = ? WHERE id = ?",
+                        (whole(attempt), expires_at, outcome.id),
+                    )
+                    counted.discard(outcome.id)
+                    outcome = outcomes[input_hash] = _Outcome(outcome.id, 1, attempt, expires_at)
+                elif outcome is None:
+                    (outcome_id,) = db.execute(
+                        "INSERT INTO outcomes (input_hash, first_attempt, total_attempts,"
+                        " expires_at) VALUES (?, ?, 1, ?) RETURNING id",
+                        (input_hash, whole(attempt), expires_at),
+                    ).fetchone()
+                    outcome = outcomes[input_hash] = _Outcome(outcome_id, 1, attempt, expires_at)
+                else:
+                    outcome.total += 1
+                    counted.add(outcome.id)
+                    results.append(self._compare(input_hash, outcome, attempt, entries, now))
+                    continue
+                results.append(Recorded(cache="miss", first=attempt))
+                entries.append((outcome.id, entry(attempt, same_outcome=True, same_shared=True)))
+            self._store(
+                entries,
+                [(o.total, o.id) for o in outcomes.values() if o.id in counted],
+                [r.alert for r in results if r.alert is not None],
+            )
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
         return results
 
-    def _record_one(self, input_hash: str, attempt: Attempt, now: datetime) -> Recorded:
-        db = self._db
-        row = db.execute(
-            "SELECT first_attempt, expires_at FROM outcomes WHERE input_hash = ?", (input_hash,)
-        ).fetchone()
-        attempt_json = attempt.model_dump_json()
-        if row is not None and row[1] is not None and datetime.fromisoformat(row[1]) <= now:
-            db.execute("DELETE FROM attempts WHERE input_hash = ?", (input_hash,))
-            db.execute("DELETE FROM outcomes WHERE input_hash = ?", (input_hash,))
-            row = None
-        if row is None:
-            expires_at = (now + self.ttl).isoformat() if self.ttl else None
-            db.execute(
-                "INSERT INTO outcomes (input_hash, first_attempt, total_attempts, expires_at)"
-                " VALUES (?, ?, 1, ?)",
-                (input_hash, attempt_json, expires_at),
+    def _outcomes(self, hashes: set[str]) -> dict[str, _Outcome]:
+        """The stored outcomes of these hashes, by hash, read a few hundred at a time."""
+        found: dict[str, _Outcome] = {}
+        ordered = sorted(hashes)
+        for start in range(0, len(ordered), OUTCOMES_PER_READ):
+            chunk = ordered[start : start + OUTCOMES_PER_READ]
+            rows = self._db.execute(
+                "SELECT input_hash, id, total_attempts, first_attempt, expires_at FROM outcomes"
+                f" WHERE input_hash IN ({','.join('?' * len(chunk))})",
+                chunk,
             )
-            self._append_attempt(input_hash, attempt_json)
-            return Recorded(cache="miss", first=attempt)
-        first = Attempt.model_validate_json(row[0])
-        db.execute(
-            "UPDATE outcomes SET total_attempts = total_attempts + 1 WHERE input_hash = ?",
-            (input_hash,),
-        )
-        self._append_attempt(input_hash, attempt_json)
+            for input_hash, outcome_id, total, first, expires_at in rows:
+                found[input_hash] = _Outcome(outcome_id, total, first, expires_at)
+        return found
+
+    @staticmethod
+    def _compare(
+        input_hash: str,
+        outcome: _Outcome,
+        attempt: Attempt,
+        entries: list[tuple[int, str]],
+        now: datetime,
+    ) -> Recorded:
+        """A later attempt: hit or conflict with the first, and its entry."""
+        first = outcome.first_attempt()
         cache = classify(first, attempt)
+        same = same_shared_fields(first, attempt)
+        entries.append((outcome.id, entry(attempt, same_outcome=cache == "hit", same_shared=same)))
         if cache == "hit":
             return Recorded(cache="hit", first=first)
         alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
-        db.execute("INSERT INTO alerts (alert) VALUES (?)", (alert.model_dump_json(),))
-        db.execute("DELETE FROM alerts WHERE id <= (SELECT MAX(id) FROM alerts) - ?", (MAX_ALERTS,))
         return Recorded(cache="conflict", first=first, alert=alert)
 
-    def _append_attempt(self, input_hash: str, attempt_json: str) -> None:
+    def _store(
+        self, entries: list[tuple[int, str]], totals: list[tuple[int, int]], alerts: list[Alert]
+    ) -> None:
+        db = self._db
+        db.executemany("UPDATE outcomes SET total_attempts = ? WHERE id = ?", totals)
+        db.executemany("INSERT INTO attempts (outcome_id, attempt) VALUES (?, ?)", entries)
         # Bounded per hash: the newest attempts stay; the first is also kept in `outcomes`.
-        self._db.execute(
-            "INSERT INTO attempts (input_hash, attempt) VALUES (?, ?)", (input_hash, attempt_json)
+        # A hash never recorded more often than the bound has nothing to trim.
+        db.executemany(
+            "DELETE FROM attempts WHERE outcome_id = ? AND id <= (SELECT id FROM attempts"
+            " WHERE outcome_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+            [
+                (outcome_id, outcome_id, self.max_attempts_per_hash)
+                for total, outcome_id in totals
+                if total > self.max_attempts_per_hash
+            ],
         )
-        self._db.execute(
-            "DELETE FROM attempts WHERE input_hash = ? AND id NOT IN"
-            " (SELECT id FROM attempts WHERE input_hash = ? ORDER BY id DESC LIMIT ?)",
-            (input_hash, input_hash, self.max_attempts_per_hash),
-        )
+        if alerts:
+            db.executemany(
+                "INSERT INTO alerts (alert) VALUES (?)", [(a.model_dump_json(),) for a in alerts]
+            )
+            db.execute(
+                "DELETE FROM alerts WHERE id <= (SELECT MAX(id) FROM alerts) - ?", (MAX_ALERTS,)
+            )
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         rows = self._db.execute("SELECT input_hash, first_attempt FROM outcomes").fetchall()
@@ -146,23 +270,22 @@ class SQLiteStore:
 
     def history(self, input_hash: str) -> History | None:
         row = self._db.execute(
-            "SELECT first_attempt, total_attempts, expires_at FROM outcomes WHERE input_hash = ?",
+            "SELECT id, first_attempt, total_attempts, expires_at FROM outcomes"
+            " WHERE input_hash = ?",
             (input_hash,),
         ).fetchone()
         if row is None:
             return None
-        attempts = [
-            Attempt.model_validate_json(text)
-            for (text,) in self._db.execute(
-                "SELECT attempt FROM attempts WHERE input_hash = ? ORDER BY id", (input_hash,)
-            )
-        ]
+        first = Attempt.model_validate_json(row[1])
+        entries = self._db.execute(
+            "SELECT attempt FROM attempts WHERE outcome_id = ? ORDER BY id", (row[0],)
+        )
         return History(
             input_hash=input_hash,
-            first=Attempt.model_validate_json(row[0]),
-            attempts=attempts,
-            total_attempts=row[1],
-            expires_at=datetime.fromisoformat(row[2]) if row[2] else None,
+            first=first,
+            attempts=Expander(first).attempts(text for (text,) in entries),
+            total_attempts=row[2],
+            expires_at=datetime.fromisoformat(row[3]) if row[3] else None,
         )
 
     def alerts(self, limit: int = 100) -> list[Alert]:

@@ -1,0 +1,153 @@
+"""How both stores keep attempts: the first whole, each entry as what sets it apart from the first.
+
+Re-scoring an input mostly confirms it: a hit has the first's outcome by definition and, as a
+rule, the first's claim ID lists and versions. An entry therefore stores an attempt's own
+fields (case ID, task ID, time) and only those other fields that differ from the first's:
+
+    ["case-7", "task-9", "2026-12-04T10:00:00Z"]                   everything else: the first's
+    ["case-7", "task-9", "2026-12-04T10:00:00Z", {"value": ...}]   the members given differ
+
+A JSON object entry is a whole attempt, as versions before this encoding wrote every entry;
+both kinds read back as the same Attempt. Fields compare in two groups, each by one string:
+the outcome by outcome_json() (the definition of "same outcome") and the shared fields
+(claim ID lists, versions, redelivered) by shared_json(), or same_shared_fields(), which says
+the same without building the strings. The Redis script builds entries from the same pieces,
+in Lua (see RECORD_LUA); a store test checks that both stores write the same strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
+from typing import Any, Final
+
+from pydantic_core import to_json
+
+from contracts import Attempt
+from worker.stores.base import outcome_json, value_json
+
+# Every Attempt field is in one of three groups (a unit test checks it): a field added to
+# Attempt must be added here and to the functions that spell its group.
+OWN_FIELDS: Final = ("case_id", "task_id", "recorded_at")
+OUTCOME_FIELDS: Final = ("value", "reason")
+SHARED_FIELDS: Final = (
+    "required_claim_ids",
+    "supported_claim_ids",
+    "metric_version",
+    "ragas_version",
+    "worker_version",
+    "redelivered",
+)
+
+
+def own_json(attempt: Attempt) -> tuple[str, str, str]:
+    """The JSON values of OWN_FIELDS, in order: the start of every entry."""
+    return (
+        _text_json(attempt.case_id),
+        _text_json(attempt.task_id),
+        to_json(attempt.recorded_at).decode(),  # as pydantic writes it in a whole attempt
+    )
+
+
+def outcome_members(attempt: Attempt) -> str:
+    """The JSON object members (no braces) of OUTCOME_FIELDS, spelled as outcome_json() is."""
+    return f'"value":{value_json(attempt.value)},"reason":{encode_basestring(attempt.reason)}'
+
+
+def shared_json(attempt: Attempt) -> str:
+    """The string two attempts must share for an entry to leave out the lists and versions: the
+    JSON object members (no braces) of SHARED_FIELDS, spelled as json would.
+
+    Those fields are text, lists of text and a boolean, and this spelling is one-to-one, so two
+    strings are equal exactly when the values are (same_shared_fields() compares the same), before
+    or after a round trip through a store.
+    """
+    return (
+        f'"required_claim_ids":[{_texts_json(attempt.required_claim_ids)}],'
+        f'"supported_claim_ids":[{_texts_json(attempt.supported_claim_ids)}],'
+        f'"metric_version":{encode_basestring(attempt.metric_version)},'
+        f'"ragas_version":{encode_basestring(attempt.ragas_version)},'
+        f'"worker_version":{encode_basestring(attempt.worker_version)},'
+        f'"redelivered":{"true" if attempt.redelivered else "false"}'
+    )
+
+
+def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
+    """Whether two attempts' SHARED_FIELDS are equal: exactly when their shared_json() is."""
+    return (
+        first.required_claim_ids == attempt.required_claim_ids
+        and first.supported_claim_ids == attempt.supported_claim_ids
+        and first.metric_version == attempt.metric_version
+        and first.ragas_version == attempt.ragas_version
+        and first.worker_version == attempt.worker_version
+        and first.redelivered == attempt.redelivered
+    )
+
+
+def whole(attempt: Attempt) -> str:
+    """The whole attempt as one JSON object: how a first attempt is kept (RECORD_LUA builds the
+    same string from script_args())."""
+    case_id, task_id, recorded_at = own_json(attempt)
+    return (
+        f'{{"case_id":{case_id},"task_id":{task_id},"recorded_at":{recorded_at},'
+        f"{outcome_members(attempt)},{shared_json(attempt)}}}"
+    )
+
+
+def entry(attempt: Attempt, *, same_outcome: bool, same_shared: bool) -> str:
+    """The entry of an attempt beside a first it agrees with as given (RECORD_LUA builds the
+    same string from script_args()). A first attempt's own entry agrees in both."""
+    own = ",".join(own_json(attempt))
+    if same_outcome and same_shared:
+        return f"[{own}]"
+    differing = []
+    if not same_outcome:
+        differing.append(outcome_members(attempt))
+    if not same_shared:
+        differing.append(shared_json(attempt))
+    return f"[{own},{{{','.join(differing)}}}]"
+
+
+def script_args(attempt: Attempt) -> tuple[str, str, str, str, str, str]:
+    """What RECORD_LUA is given per attempt to compare it and build its entry: the own JSON
+    values, outcome_json(), outcome_members(), shared_json()."""
+    return (
+        *own_json(attempt),
+        outcome_json(attempt),
+        outcome_members(attempt),
+        shared_json(attempt),
+    )
+
+
+def _texts_json(texts: list[str]) -> str:
+    return ",".join(map(encode_basestring, texts))
+
+
+def _text_json(text: str | None) -> str:
+    return "null" if text is None else encode_basestring(text)
+
+
+class Expander:
+    """Reads entries back as whole attempts, filling in what an entry left out from the first."""
+
+    def __init__(self, first: Attempt) -> None:
+        self._first = first.model_dump(mode="json")
+
+    def attempt(self, stored: str | bytes) -> Attempt:
+        if stored[:1] in ("{", b"{"):  # a whole attempt
+            return Attempt.model_validate_json(stored)
+        data: Any = json.loads(stored)
+        case_id, task_id, recorded_at, *rest = data
+        fields = {
+            **self._first,
+            "case_id": case_id,
+            "task_id": task_id,
+            "recorded_at": recorded_at,
+        }
+        if rest:
+            fields.update(rest[0])
+        return Attempt.model_validate(fields)
+
+    def attempts(self, entries: Iterable[str | bytes]) -> list[Attempt]:
+        return [self.attempt(stored) for stored in entries]
