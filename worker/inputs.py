@@ -28,15 +28,17 @@ class JsonLines:
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         if self.path == "-":
+            if sys.stdin is None:  # started with stdin closed (<&-)
+                raise InputError("cannot read stdin: it is closed; pass a file instead of -")
             yield from self._numbered(sys.stdin.buffer)
             return
         file = Path(self.path)
         if file.is_dir():
-            raise InputError(f"cannot read {self.path}: it is a directory")
+            raise InputError(f"cannot read {display_path(self.path)}: it is a directory")
         try:
             handle = file.open("rb")
         except OSError as error:
-            raise InputError(f"cannot read {self.path}: {error.strerror}") from None
+            raise InputError(f"cannot read {display_path(self.path)}: {error.strerror}") from None
         with handle:
             yield from self._numbered(handle)
 
@@ -52,7 +54,13 @@ class JsonLines:
                     # parse error points into that line ("column 26"), not at "line 2 column 0".
                     yield number, line.rstrip(b"\r\n")
         except OSError as error:
-            raise InputError(f"cannot read {self.path}: {error.strerror}") from None
+            raise InputError(f"cannot read {display_path(self.path)}: {error.strerror}") from None
+
+
+def display_path(path: str | Path) -> str:
+    """A path as a message may print it: bytes that are not UTF-8 shown as \\xff, not as
+    the lone surrogates Python decoded them to (which stderr would print as \\udcff)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _regular_file_size(handle: BinaryIO) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import ssl
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,10 @@ from worker.errors import ConfigurationError
 
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_SQLITE_PATH = "evidence-coverage.sqlite3"
+REDIS_SCHEMES = ("redis", "rediss")
+REDIS_URL_HINT = "use redis://host:port/db, db a database number the server has (0-15 by default)"
+BROKER_URL_HINT = "use redis://host:port/db or amqp://user:password@host:port/vhost"
+_DB_PATH = re.compile(r"/?|/[0-9]+")
 
 
 class Settings(BaseSettings):
@@ -58,6 +63,28 @@ class Settings(BaseSettings):
     tls_key_file: FilePath | None = Field(
         default=None, description="its private key, when not in the certificate file"
     )
+
+    @field_validator("broker_url", "bench_broker_url")
+    @classmethod
+    def _usable_broker_url(cls, value: str) -> str:
+        check_broker_url(value)
+        return value
+
+    @field_validator("policy_file", mode="before")
+    @classmethod
+    def _policy_file_named(cls, value: Any) -> Any:
+        if value == "":  # Path("") would be the working directory
+            raise ValueError("empty: name a policy TOML file, or unset it")
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _usable_store_url(cls, value: str | None) -> str | None:
+        # The scheme is open_store's to check (it says which ones there are); a Redis URL's
+        # database is checked here so a typo fails at start-up, not as DB 0.
+        if value and urlsplit(value).scheme in REDIS_SCHEMES:
+            redis_db(value)
+        return value
 
     @field_validator("broker_url")
     @classmethod
@@ -125,13 +152,7 @@ class Settings(BaseSettings):
     def load_policy(self, *, required: bool = False) -> Policy | None:
         """The configured policy: the file wins over MIN_EVIDENCE_COVERAGE; None is report-only."""
         if self.policy_file is not None:
-            try:
-                text = self.policy_file.read_text(encoding="utf-8")
-            except OSError as error:
-                raise ConfigurationError(
-                    f"cannot read policy file {self.policy_file}: {error.strerror}"
-                ) from None
-            return parse_policy(text, source=f"policy file {self.policy_file}")
+            return read_policy_file(self.policy_file)
         if self.min_coverage is not None:
             return policy_from_threshold(self.min_coverage)
         if required:
@@ -150,5 +171,78 @@ def load_settings() -> Settings:
         return Settings()
     except ValidationError as error:
         details = error.errors()[0]
-        name = "EVIDENCE_" + str(details["loc"][0]).upper() if details["loc"] else "settings"
-        raise ConfigurationError(f"{name}: {details['msg']}") from None
+        # pydantic puts "Value error, " before the text of a ValueError raised in a validator.
+        message = details["msg"].removeprefix("Value error, ")
+        if details["loc"]:
+            message = f"EVIDENCE_{str(details['loc'][0]).upper()}: {message}"
+        raise ConfigurationError(message) from None
+
+
+def read_policy_file(path: Path) -> Policy:
+    """The policy in a TOML file (--policy or EVIDENCE_POLICY_FILE), or a ConfigurationError
+    naming the file and what is wrong with it."""
+    from worker.inputs import display_path
+
+    shown = display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigurationError(f"cannot read policy file {shown}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigurationError(
+            f"policy file {shown} is not UTF-8 text ({error.reason} at byte {error.start}): "
+            "save it as UTF-8"
+        ) from None
+    return parse_policy(text, source=f"policy file {shown}")
+
+
+def masked_url(url: str) -> str:
+    """A URL as it may be printed: its password, if any, replaced by **."""
+    from worker.inputs import display_path
+
+    scheme, separator, rest = url.partition("://")
+    credentials, at, location = rest.rpartition("@")
+    if not (separator and at and ":" in credentials):
+        return display_path(url)
+    user = credentials.split(":", 1)[0]
+    return display_path(f"{scheme}://{user}:**@{location}")
+
+
+def redis_db(url: str) -> int:
+    """The database number of a redis:// or rediss:// URL (0 when it names none).
+
+    ValueError, saying what to write, for a port or database that is not a number: redis-py
+    and kombu would otherwise use DB 0 for /abc or /0/x without a word, or fail deep inside.
+    """
+    parts = urlsplit(url)
+    try:
+        _ = parts.port  # parsing it is the check
+    except ValueError:
+        raise ValueError(
+            f"{masked_url(url)}: the port is not a number from 1 to 65535: {REDIS_URL_HINT}"
+        ) from None
+    query_db = dict(parse_qsl(parts.query)).get("db")
+    if query_db is not None and not (query_db.isascii() and query_db.isdigit()):
+        raise ValueError(f"{masked_url(url)}: db={query_db!r} is not a number: {REDIS_URL_HINT}")
+    if not _DB_PATH.fullmatch(parts.path):
+        raise ValueError(
+            f"{masked_url(url)}: database {parts.path[1:]!r} is not a number: {REDIS_URL_HINT}"
+        )
+    return int(query_db or parts.path[1:] or 0)
+
+
+def check_broker_url(url: str) -> None:
+    """ValueError unless each ;-separated URL names a kombu transport (and, for Redis, a
+    numbered database): kombu would fail with a KeyError on the first publish instead."""
+    from kombu.transport import TRANSPORT_ALIASES
+
+    if not url:
+        raise ValueError(f"empty: {BROKER_URL_HINT}, or unset it for the default")
+    for alternate in url.split(";"):
+        scheme, separator, _ = alternate.partition("://")
+        transport = scheme.split("+", 1)[0]
+        if not separator or transport not in TRANSPORT_ALIASES:
+            problem = f"unknown broker scheme {scheme!r}" if separator else "not a URL"
+            raise ValueError(f"{masked_url(alternate)}: {problem}: {BROKER_URL_HINT}")
+        if transport in REDIS_SCHEMES:
+            redis_db(alternate)

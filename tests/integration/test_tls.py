@@ -588,7 +588,7 @@ def test_an_amqp_url_with_ssl_query_parameters_is_a_configuration_error(
 
     assert run.code == 2
     assert run.stderr == (
-        "evidence-worker: configuration error: EVIDENCE_BROKER_URL: Value error, an AMQP URL "
+        "evidence-worker: configuration error: EVIDENCE_BROKER_URL: an AMQP URL "
         "cannot carry ssl_* query parameters: use amqps:// with EVIDENCE_TLS_CA_FILE "
         "(and EVIDENCE_TLS_CERT_FILE / EVIDENCE_TLS_KEY_FILE)\n"
     )

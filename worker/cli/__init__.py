@@ -5,6 +5,7 @@ on stderr and exit 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.cli import alerts, bench, canary, gate, publish, report, schema, score, show
 from worker.cli.common import PROG, HelpfulParser
-from worker.cli.exit_codes import INTERRUPTED, INVALID
+from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
 from worker.errors import ConfigurationError, InputError, TransientError
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Explainable evidence-coverage scores: score, gate, inspect.",
         epilog="Exit codes: 0 ok, 1 policy failures, 2 invalid input or rows (also "
         "configuration and usage errors), 3 nondeterminism detected; the highest applies. "
-        f"130 when interrupted. Run '{PROG} COMMAND --help' for a command's options.",
+        f"130 when interrupted, 141 when the reader of the output goes away (| head). "
+        f"Run '{PROG} COMMAND --help' for a command's options.",
     )
     parser.add_argument(
         "--version", action="version", version=f"{PROG} {version('evidence-coverage-worker')}"
@@ -49,6 +51,25 @@ COMMANDS: dict[str, Handler] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; user errors print one line and exit 2, never a traceback."""
+    if (closed := _hold_closed_standard_streams()) is not None:
+        return closed
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            # Flushed here rather than at exit, where a reader that went away (`| head`) or
+            # a full disk could no longer be caught: Python would print "Exception ignored".
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _closed_pipe()
+    except OSError as error:
+        if error.errno not in OUTPUT_ERRNOS:
+            raise
+        _discard(1)
+        return _fail(f"cannot write output: {error.strerror}")
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from worker.logging import configure_logging
@@ -60,13 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args, settings)
     except KeyboardInterrupt:
         return _fail("interrupted", INTERRUPTED)
-    except BrokenPipeError:
-        return _closed_pipe()
     except Exception as error:
         message = _user_error(error)
         if message is None:
             raise  # a bug: its traceback is what a report needs
         return _fail(message)
+
+
+# What writing our output can fail with that the user fixes: a full disk or quota, a file
+# over its size limit, a device error (`> /dev/full` gives the first).
+OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
 def _user_error(error: Exception) -> str | None:
@@ -78,12 +102,12 @@ def _user_error(error: Exception) -> str | None:
     if isinstance(error, InputError):
         return str(error)
     if isinstance(error, TransientError):
-        return f"store unavailable: {error}"
-    from kombu.exceptions import OperationalError
-
-    if isinstance(error, OperationalError):
+        return f"store unavailable: {str(error).rstrip('.')}; check --store or EVIDENCE_STORE_URL"
+    # kombu raises it only once imported: look, do not import.
+    kombu = sys.modules.get("kombu.exceptions")
+    if kombu is not None and isinstance(error, kombu.OperationalError):
         return f"broker unreachable ({error}); check EVIDENCE_BROKER_URL"
-    return None
+    return None  # a closed pipe or a full disk included: main() says those
 
 
 def _fail(message: str, code: int = INVALID) -> int:
@@ -92,11 +116,40 @@ def _fail(message: str, code: int = INVALID) -> int:
 
 
 def _closed_pipe() -> int:
-    """The reader went away (`| head`): stop quietly, and keep Python from complaining when
-    it flushes stdout at exit."""
+    """The reader went away (`| head`): stop quietly, with the status a shell reports for a
+    writer SIGPIPE stopped, so `set -o pipefail` still sees that the run did not finish."""
+    _discard(1, 2)  # either may be the pipe (`2>&1 | head`)
+    return CLOSED_PIPE
+
+
+def _discard(*fds: int) -> None:
+    """Point these descriptors at /dev/null, so that what is still buffered for them cannot
+    fail again when Python flushes them at exit."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return 0
+    for fd in fds:
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _hold_closed_standard_streams() -> int | None:
+    """Started with stdin, stdout or stderr closed (`>&-`): hold each of those descriptors
+    on /dev/null, so the next file opened (the SQLite store, say) cannot take its number and
+    receive stray writes. A closed stdin is refused by the command that would read it, a
+    closed stdout here: its exit code, else None."""
+    streams = {0: sys.stdin, 1: sys.stdout, 2: sys.stderr}
+    for fd, stream in streams.items():
+        if stream is None:
+            held = os.open(os.devnull, os.O_RDWR)
+            if held != fd:
+                os.dup2(held, fd)
+                os.close(held)
+    if sys.stderr is None:
+        # print(file=None) would write to stdout: mix nothing into the records.
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+        return _fail("cannot write output: stdout is closed; redirect it to a file or /dev/null")
+    return None
 
 
 def run() -> Any:  # pragma: no cover - console-script shim

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from worker.cli.common import add_store_option, describe, open_existing_store, positive_int
+from worker.cli.common import add_store_option, describe, existing_store, positive_int
 from worker.cli.exit_codes import NONDETERMINISM, OK
 from worker.settings import Settings
 
@@ -34,13 +34,10 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_existing_store(args, settings)
-    try:
+    with existing_store(args, settings) as store:
         alerts = store.alerts(limit=args.limit)
         # One more than the limit says whether there are more without counting them all.
         more = len(alerts) == args.limit and len(store.alerts(limit=args.limit + 1)) > args.limit
-    finally:
-        store.close()
     for alert in alerts:
         print(alert.model_dump_json())
     shown = f"alerts: {len(alerts)} nondeterminism alert(s)"

@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
-from worker.cli.common import describe, positive_int
+from worker.cli.common import describe, nonempty, positive_int
 from worker.cli.exit_codes import OK
-from worker.errors import InputError
-from worker.settings import Settings
+from worker.errors import ConfigurationError, InputError
+from worker.settings import Settings, check_broker_url
 
 ALL_PHASES = "noop,score,batch"
 
@@ -51,6 +51,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--broker",
         metavar="URL",
+        type=nonempty(str, "use redis://host:port/db"),
         help="broker and store for the run (default: $EVIDENCE_BENCH_BROKER_URL, "
         "else redis://localhost:6379/15)",
     )
@@ -77,8 +78,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     phases = tuple(phase.strip() for phase in args.phases.split(",") if phase.strip())
     unknown = sorted(set(phases) - set(PHASES))
-    if unknown or not phases:
+    if not phases:
+        raise InputError(f"--phases: no phase named; use {ALL_PHASES} or a part of it")
+    if unknown:
         raise InputError(f"--phases: unknown phase(s) {','.join(unknown)}; use {ALL_PHASES}")
+    if args.broker is not None:
+        try:
+            check_broker_url(args.broker)
+        except ValueError as error:
+            raise ConfigurationError(f"--broker: {error}") from None
     config = BenchConfig(
         messages=args.messages,
         batch_size=args.batch_size,

@@ -10,7 +10,7 @@ from worker.cli.common import (
     add_store_option,
     describe,
     dumps_line,
-    open_existing_store,
+    existing_store,
     positive_int,
 )
 from worker.cli.exit_codes import NONDETERMINISM, OK
@@ -47,13 +47,10 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.canary import run_canary
 
-    store = open_existing_store(args, settings)
-    try:
+    with existing_store(args, settings) as store:
         result = run_canary(
             store.first_outcomes(), size=None if args.all else args.sample, seed=args.seed
         )
-    finally:
-        store.close()
     for difference in result.differences:
         print(dumps_line(difference.as_json()))
     print(

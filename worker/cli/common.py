@@ -7,12 +7,15 @@ import json
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.errors import ConfigurationError
+from worker.inputs import display_path
 
 if TYPE_CHECKING:
     from contracts import Policy
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
     from worker.stores import ResultStore
 
 PROG = "evidence-worker"
+T = TypeVar("T")
 
 
 class HelpfulParser(argparse.ArgumentParser):
@@ -50,8 +54,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonempty(convert: Callable[[str], T], what: str) -> Callable[[str], T]:
+    """argparse type: `convert` of a value that is not empty, else a usage error saying
+    `what` to give. Empty would not be caught later: Path("") is the working directory,
+    and an empty URL reads as "not set", the default."""
+
+    def check(text: str) -> T:
+        if not text:
+            raise argparse.ArgumentTypeError(f"empty value: {what}")
+        return convert(text)
+
+    return check
+
+
+STORE_URL = nonempty(str, "use sqlite:///path/to.db or redis://host:port/db")
+
+
 def add_path(parser: argparse.ArgumentParser, what: str = "JSON-lines file") -> None:
-    parser.add_argument("path", metavar="PATH", help=f"{what}, or - for stdin")
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        type=nonempty(str, "name a file, or - for stdin"),
+        help=f"{what}, or - for stdin",
+    )
 
 
 def add_policy_options(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +85,7 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--policy",
         metavar="FILE",
-        type=Path,
+        type=nonempty(Path, "name a policy TOML file"),
         help="policy TOML file (default: $EVIDENCE_POLICY_FILE)",
     )
     group.add_argument(
@@ -75,6 +100,7 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         metavar="URL",
+        type=STORE_URL,
         help="sqlite:///file or redis://host:port/db "
         "(default: $EVIDENCE_STORE_URL, else sqlite:///evidence-coverage.sqlite3)",
     )
@@ -85,6 +111,7 @@ def resolve_policy(
 ) -> Policy | None:
     """--policy, else --min-coverage, else the environment; gate requires one."""
     from contracts import policy_from_threshold
+    from worker.settings import read_policy_file
 
     if args.policy is not None:
         return read_policy_file(args.policy)
@@ -93,44 +120,92 @@ def resolve_policy(
     return settings.load_policy(required=required)
 
 
-def read_policy_file(path: Path) -> Policy:
-    """A policy file as text, or a ConfigurationError that names the file and the problem."""
-    from contracts import parse_policy
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigurationError(f"cannot read policy file {path}: {error.strerror}") from None
-    except UnicodeDecodeError as error:
-        raise ConfigurationError(
-            f"policy file {path} is not UTF-8 text ({error.reason} at byte {error.start})"
-        ) from None
-    return parse_policy(text, source=f"policy file {path}")
-
-
 def store_url(args: argparse.Namespace, settings: Settings) -> str:
     """--store, else EVIDENCE_STORE_URL, else the embedded SQLite file."""
     return str(args.store or settings.embedded_store_url())
 
 
-def open_existing_store(args: argparse.Namespace, settings: Settings) -> ResultStore:
-    """The store a reading command looks in; a SQLite file that is not there is an error,
-    not a new empty store that would report "nothing recorded"."""
+@contextmanager
+def existing_store(args: argparse.Namespace, settings: Settings) -> Iterator[ResultStore]:
+    """The store a reading command looks in, closed afterwards; a SQLite file that is not
+    there is an error, not a new empty store that would report "nothing recorded"."""
     from worker.stores import SQLITE_PREFIX, open_store
 
     url = store_url(args, settings)
     path = Path(url.removeprefix(SQLITE_PREFIX))
     if url.startswith(SQLITE_PREFIX) and url != SQLITE_PREFIX and not path.exists():
         raise ConfigurationError(
-            f"no store at {path}: nothing has been recorded there (pass --store or set "
-            "EVIDENCE_STORE_URL to the store `score` or the worker wrote to)"
+            f"no store at {display_path(path)}: nothing has been recorded there (pass --store "
+            "or set EVIDENCE_STORE_URL to the store `score` or the worker wrote to)"
         )
-    return open_store(url, settings)
+    with store_errors(url):
+        store = open_store(url, settings)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+@contextmanager
+def store_errors(url: str) -> Iterator[None]:
+    """What a store's client library raises while it is used, when the user can fix it (a
+    read-only file, a full disk, a Redis database the server does not have), as one line
+    that names the store."""
+    try:
+        yield
+    except Exception as error:
+        # A library that was never imported cannot have raised: look, do not import.
+        sqlite3 = sys.modules.get("sqlite3")
+        redis = sys.modules.get("redis.exceptions")
+        message = None
+        if sqlite3 is not None and isinstance(error, sqlite3.DatabaseError):
+            message = _sqlite_problem(error, url, sqlite3)
+        elif redis is not None:
+            message = _redis_problem(error, url, redis)
+        if message is None:
+            raise
+        raise ConfigurationError(message) from None
+
+
+def _sqlite_problem(error: Exception, url: str, sqlite3: Any) -> str | None:
+    """By SQLite's primary result code: what the user fixes outside the program (any other
+    code is a bug, which keeps its traceback)."""
+    from worker.stores import SQLITE_PREFIX
+
+    code = getattr(error, "sqlite_errorcode", -1) & 0xFF
+    path = display_path(url.removeprefix(SQLITE_PREFIX))
+    if code in {sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN}:
+        return (
+            f"cannot write to SQLite store {path}: {error} (make the file and its directory "
+            "writable, or pass another --store)"
+        )
+    elsewhere = {
+        sqlite3.SQLITE_BUSY,  # another process held the lock past the busy timeout
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_NOTADB,
+    }
+    return f"SQLite store {path}: {error}" if code in elsewhere else None
+
+
+def _redis_problem(error: Exception, url: str, redis: Any) -> str | None:
+    from worker.errors import TransientError
+    from worker.settings import REDIS_URL_HINT, masked_url
+
+    store = f"store {masked_url(url)}"
+    if isinstance(error, TransientError) and isinstance(error.__cause__, redis.AuthenticationError):
+        return f"{store}: Redis refused the login: {error.__cause__}"
+    if isinstance(error, redis.ResponseError) and "DB index is out of range" in str(error):
+        return f"{store}: the Redis server has no such database: {REDIS_URL_HINT}"
+    if isinstance(error, redis.ReadOnlyError | redis.NoPermissionError | redis.OutOfMemoryError):
+        return f"{store}: Redis refused to write: {error}"
+    return None
 
 
 def source_name(path: str) -> str:
     """How messages name an input: '-' reads as stdin."""
-    return "stdin" if path == "-" else path
+    return "stdin" if path == "-" else display_path(path)
 
 
 def dumps_line(value: dict[str, Any]) -> str:

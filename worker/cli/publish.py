@@ -8,10 +8,14 @@ from typing import Any
 
 from worker.cli.common import PROG, add_path, describe, positive_int, source_name
 from worker.cli.exit_codes import INVALID, OK
-from worker.errors import InputError
+from worker.errors import ConfigurationError, InputError
 from worker.inputs import JsonLines
 from worker.progress import over_input
-from worker.settings import Settings
+from worker.settings import REDIS_URL_HINT, Settings, masked_url
+
+# The worker waits for its broker for ever; a command gives up within seconds, in one line.
+BROKER_TIMEOUT_SECONDS = 5.0
+PUBLISH_RETRIES = 2
 
 
 def register(commands: Any) -> None:
@@ -39,12 +43,15 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from kombu.exceptions import OperationalError
+
     from worker.app import create_app
     from worker.publishing import publish_lines
 
     source = JsonLines(args.path)
     progress = over_input("publish", source)
     app = create_app(settings)
+    bound_broker_waits(app.conf)
     try:
         result = publish_lines(
             source,
@@ -54,6 +61,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             max_message_bytes=settings.max_message_bytes,
             on_progress=lambda sent: progress.tick(sent - progress.count),
         )
+    except OperationalError as error:
+        if "DB index is out of range" not in str(error):
+            raise  # the broker is down or refuses us: main() says so in one line
+        raise ConfigurationError(
+            f"EVIDENCE_BROKER_URL: {masked_url(settings.broker_url)}: the Redis server has no "
+            f"such database: {REDIS_URL_HINT}"
+        ) from None
     finally:
         app.close()  # its broker connection pool
         progress.finish()
@@ -67,3 +81,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         file=sys.stderr,
     )
     return INVALID if result.rejected else OK
+
+
+def bound_broker_waits(conf: Any) -> None:
+    """Connect, read and retry timeouts for a one-shot publisher (the app's are a worker's:
+    retry for ever). A Redis server that accepts but never answers would otherwise hang."""
+    conf.broker_connection_timeout = BROKER_TIMEOUT_SECONDS
+    conf.broker_connection_max_retries = PUBLISH_RETRIES
+    conf.broker_transport_options = {
+        **conf.broker_transport_options,
+        "socket_timeout": BROKER_TIMEOUT_SECONDS,
+        "socket_connect_timeout": BROKER_TIMEOUT_SECONDS,
+    }
+    conf.task_publish_retry_policy = {
+        "max_retries": PUBLISH_RETRIES,
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": 0.2,
+    }

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import add_path, describe, source_name
+from worker.cli.common import add_path, describe, nonempty, source_name
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
-from worker.inputs import JsonLines
+from worker.inputs import JsonLines, display_path
 from worker.settings import Settings
 
 
@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--html",
         metavar="OUT",
-        type=Path,
+        type=nonempty(Path, "name the HTML file to write"),
         help="also write a self-contained HTML page (histograms, tables, invalid reasons) "
         "to OUT (default: none)",
     )
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         try:
             args.html.write_text(render_html(report), encoding="utf-8")
         except OSError as error:
-            raise InputError(f"cannot write {args.html}: {error.strerror}") from None
-        print(f"report: wrote {args.html}", file=sys.stderr)
+            raise InputError(f"cannot write {display_path(args.html)}: {error.strerror}") from None
+        print(f"report: wrote {display_path(args.html)}", file=sys.stderr)
     print(report.model_dump_json() if args.json else render_text(report))
     return OK

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import describe
+from worker.cli.common import describe, nonempty
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
+from worker.inputs import display_path
 from worker.settings import Settings
 
 
@@ -28,7 +29,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--write",
         metavar="DIR",
-        type=Path,
+        type=nonempty(Path, "name a directory"),
         help="write one file per schema into DIR (default: print them)",
     )
     parser.set_defaults(handler=run)
@@ -42,13 +43,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(schemas, indent=2, sort_keys=True))
         return OK
     directory: Path = args.write
+    shown = display_path(directory)
     if directory.exists() and not directory.is_dir():
-        raise InputError(f"cannot write schemas into {directory}: it is not a directory")
+        raise InputError(f"cannot write schemas into {shown}: it is not a directory")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name, schema in schemas.items():
             (directory / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
     except OSError as error:
-        raise InputError(f"cannot write schemas into {directory}: {error.strerror}") from None
-    print(f"schema: wrote {len(schemas)} files to {directory}", file=sys.stderr)
+        raise InputError(f"cannot write schemas into {shown}: {error.strerror}") from None
+    print(f"schema: wrote {len(schemas)} files to {shown}", file=sys.stderr)
     return OK

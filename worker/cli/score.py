@@ -17,6 +17,7 @@ from worker.cli.common import (
     describe,
     resolve_policy,
     source_name,
+    store_errors,
     store_url,
 )
 from worker.cli.exit_codes import INTERRUPTED
@@ -24,7 +25,7 @@ from worker.errors import InputError
 from worker.inputs import JsonLines
 from worker.progress import Progress, over_input, process_elapsed
 from worker.scoring import Delivery
-from worker.settings import Settings
+from worker.settings import Settings, masked_url
 
 if TYPE_CHECKING:
     from worker.service import Service
@@ -55,27 +56,28 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     policy = resolve_policy(args, settings, required=False)
     url = store_url(args, settings)
-    service = Service.open(settings, store_url=url, policy=policy)
     source = JsonLines(args.path)
     progress = over_input("score", source)
     tally = Tally()
-    try:
-        score_lines(source, service=service, tally=tally, progress=progress)
-    except KeyboardInterrupt:
-        progress.finish()
-        print(
-            f"score: interrupted; {tally.total} rows recorded in {safe_url(url)} "
-            "(run the file again: recorded rows come back as cache hits)",
-            file=sys.stderr,
-        )
-        return INTERRUPTED
-    finally:
-        service.close()
+    with store_errors(url):
+        service = Service.open(settings, store_url=url, policy=policy)
+        try:
+            score_lines(source, service=service, tally=tally, progress=progress)
+        except KeyboardInterrupt:
+            progress.finish()
+            print(
+                f"score: interrupted; {tally.total} rows recorded in {masked_url(url)} "
+                "(run the file again: recorded rows come back as cache hits)",
+                file=sys.stderr,
+            )
+            return INTERRUPTED
+        finally:
+            service.close()
     progress.finish()
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no messages")
     print(
-        f"{tally.summary('score', policy)} ({process_elapsed():.2f}s, store {safe_url(url)})",
+        f"{tally.summary('score', policy)} ({process_elapsed():.2f}s, store {masked_url(url)})",
         file=sys.stderr,
     )
     return tally.exit_code
@@ -105,10 +107,3 @@ def score_lines(
                 tally.add(record.status, blocking=record.blocking, cache=record.cache)
             tally.alerts += result.alert is not None
         progress.tick(len(chunk))
-
-
-def safe_url(url: str) -> str:
-    """A store URL as it may be printed: any password masked."""
-    from kombu.utils.url import maybe_sanitize_url
-
-    return str(maybe_sanitize_url(url))

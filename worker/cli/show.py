@@ -6,7 +6,7 @@ import argparse
 import re
 from typing import Any
 
-from worker.cli.common import add_store_option, describe, open_existing_store
+from worker.cli.common import add_store_option, describe, existing_store
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
 from worker.settings import Settings
@@ -30,11 +30,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_existing_store(args, settings)
-    try:
+    with existing_store(args, settings) as store:
         history = store.history(args.input_hash)
-    finally:
-        store.close()
     if history is None:
         hint = (
             ""
