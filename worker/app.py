@@ -125,15 +125,23 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
         self._service_pid = os.getpid()
 
     def check_configuration(self) -> None:
-        """Raise ConfigurationError for a policy or a store URL the service could not use."""
+        """Raise ConfigurationError for a policy or a store the service could not use. A store
+        that does not answer now is not one: the worker starts, and its tasks retry."""
         from contracts import PolicyError
+        from worker.errors import TransientError
         from worker.stores import open_store
 
         try:
             self.settings.load_policy()
         except PolicyError as error:
             raise ConfigurationError(str(error)) from None
-        open_store(self.settings.result_store_url, self.settings).close()
+        store = open_store(self.settings.result_store_url, self.settings)
+        try:
+            store.alerts(limit=1)  # a read: the login and the database are the server's to judge
+        except TransientError:
+            pass
+        finally:
+            store.close()
 
     def close_service(self) -> None:
         if self._service is not None and self._service_pid == os.getpid():

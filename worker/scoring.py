@@ -27,7 +27,7 @@ from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
 from contracts.records import REJECTED, SCORED
 from worker.intake import case_id_of
-from worker.stores import Recorded, ResultStore
+from worker.stores import OutcomeStore, Recorded
 
 WORKER_VERSION = version("evidence-coverage-worker")
 
@@ -117,7 +117,7 @@ def build_record(
 def process(
     message: AttributionResult,
     *,
-    store: ResultStore,
+    store: OutcomeStore,
     policy: Policy | None,
     clock: Clock = utc_now,
     delivery: Delivery = Delivery(),
@@ -129,7 +129,7 @@ def process(
 def process_many(
     items: Sequence[tuple[AttributionResult, Delivery]],
     *,
-    store: ResultStore,
+    store: OutcomeStore,
     policy: Policy | None,
     clock: Clock = utc_now,
 ) -> list[Processed]:

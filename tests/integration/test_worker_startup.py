@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.integration.worker_harness import BROKER_URL, ROOT
+from tests.integration import worker_harness
+from tests.integration.worker_harness import BROKER_URL, ROOT, Worker, free_port
 from worker.bench.launch import worker_command
 
 START_TIMEOUT_SECONDS = 60
+
+start_worker = worker_harness.start_worker
+queue = worker_harness.queue
 
 
 def start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +56,20 @@ def problem_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
             "evidence-worker: configuration error: unknown store scheme 'postgres' in store URL "
             "(EVIDENCE_STORE_URL or --store): use sqlite:///path/to.db or redis://host:port/db",
             id="unknown-store-scheme",
+        ),
+        pytest.param(
+            {"EVIDENCE_STORE_URL": "redis://127.0.0.1:6379/99"},
+            "evidence-worker: configuration error: store redis://127.0.0.1:6379/99: the Redis "
+            "server has no such database: use redis://host:port/db, db a database number the "
+            "server has (0-15 by default)",
+            id="redis-database-the-server-lacks",
+        ),
+        pytest.param(
+            {"EVIDENCE_STORE_URL": "redis://127.0.0.1:6379/abc"},
+            "evidence-worker: configuration error: EVIDENCE_STORE_URL: redis://127.0.0.1:6379/abc:"
+            " database 'abc' is not a number: use redis://host:port/db, db a database number the "
+            "server has (0-15 by default)",
+            id="redis-database-not-a-number",
         ),
         pytest.param(
             {"EVIDENCE_MAX_DELIVERIES": "many"},
@@ -104,3 +123,14 @@ def test_binary_policy_file_stops_the_worker(tmp_path: Path) -> None:
     [line] = problem_lines(result)
     assert line.startswith(f"evidence-worker: configuration error: policy file {policy}")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.integration
+def test_a_store_that_is_only_away_does_not_stop_the_worker(
+    start_worker: Callable[..., Worker], queue: str
+) -> None:
+    """An unreachable store is not a configuration error: the worker starts and retries."""
+    worker = start_worker(queue, store_url=f"redis://127.0.0.1:{free_port()}/0")
+
+    worker.wait_ready()
+    assert worker.alive()

@@ -190,16 +190,12 @@ def _sqlite_problem(error: Exception, url: str, sqlite3: Any) -> str | None:
 
 
 def _redis_problem(error: Exception, url: str, redis: Any) -> str | None:
-    from worker.errors import TransientError
-    from worker.settings import REDIS_URL_HINT, masked_url
+    """A refused write (a replica, an ACL, maxmemory); the store itself names a refused login
+    or a database the server does not have."""
+    from worker.settings import masked_url
 
-    store = f"store {masked_url(url)}"
-    if isinstance(error, TransientError) and isinstance(error.__cause__, redis.AuthenticationError):
-        return f"{store}: Redis refused the login: {error.__cause__}"
-    if isinstance(error, redis.ResponseError) and "DB index is out of range" in str(error):
-        return f"{store}: the Redis server has no such database: {REDIS_URL_HINT}"
     if isinstance(error, redis.ReadOnlyError | redis.NoPermissionError | redis.OutOfMemoryError):
-        return f"{store}: Redis refused to write: {error}"
+        return f"store {masked_url(url)}: Redis refused to write: {error}"
     return None
 
 

@@ -12,7 +12,8 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from contracts import Alert, Attempt
-from worker.errors import TransientError
+from worker.errors import ConfigurationError, TransientError
+from worker.settings import REDIS_URL_HINT, masked_url
 from worker.stores.attempts import Expander, script_args
 from worker.stores.base import DeadLetter, History, Recorded
 from worker.stores.keys import (
@@ -98,8 +99,11 @@ class RedisStore:
         prefix: str = "evidence",
         max_attempts_per_hash: int = 100,
         ttl_seconds: int | None = None,
+        name: str | None = None,
     ) -> None:
         self.client = client
+        # How messages name the store: its URL without the password.
+        self.name = name or f"redis database {client.connection_pool.connection_kwargs.get('db')}"
         self.prefix = prefix
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl_seconds = ttl_seconds or 0
@@ -118,13 +122,25 @@ class RedisStore:
             health_check_interval=30,
             **(client_options or {}),
         )
-        return cls(client, **options)
+        return cls(client, name=masked_url(url), **options)
 
     def _call(self, operation: Callable[[], T]) -> T:
+        """Run a Redis operation: a server that is away for now is a TransientError (retried);
+        one that will never take us as configured is a ConfigurationError."""
         try:
             return operation()
+        except redis.AuthenticationError as error:
+            raise ConfigurationError(
+                f"store {self.name}: Redis refused the login: {error}"
+            ) from None
         except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as error:
             raise TransientError(f"Redis unreachable: {error}") from error
+        except redis.ResponseError as error:
+            if "DB index is out of range" not in str(error):
+                raise
+            raise ConfigurationError(
+                f"store {self.name}: the Redis server has no such database: {REDIS_URL_HINT}"
+            ) from None
 
     def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded:
         return self.record_many([(input_hash, attempt)], now=now)[0]
