@@ -357,6 +357,15 @@ def test_alerts_limit_keeps_the_newest(store: ResultStore) -> None:
     assert store.alerts(limit=2) == alerts[3:]
 
 
+def test_alert_count_counts_every_kept_alert(store: ResultStore) -> None:
+    """alert_count() is how many alerts are kept, whatever limit alerts() is given."""
+    assert store.alert_count() == 0
+    for n in range(1, 4):
+        conflict(store, n)
+
+    assert store.alert_count() == 3
+
+
 @pytest.mark.parametrize("limit", [0, -1])
 def test_alerts_limit_below_one_is_empty(store: ResultStore, limit: int) -> None:
     """alerts(limit=0) or a negative limit lists nothing, on every store alike."""

@@ -405,6 +405,28 @@ def test_alerts_lists_the_conflict_and_exits_3(
     assert run.err == "alerts: 1 nondeterminism alert(s)\n"
 
 
+def test_alerts_says_how_many_are_kept_when_it_shows_fewer(
+    score: Callable[..., Run],
+    cli: Callable[..., Run],
+    store_url: str,
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+) -> None:
+    """With more alerts kept than --limit shows, the summary says how many there are."""
+    first = message_dict()
+    changed = [message_dict(case_id=f"retry-{n}", supported_claim_ids=ids) for n, ids in
+               enumerate([["refund-window"], ["support-channel"], []])]  # fmt: skip
+    score(write_jsonl([first, *changed]))
+
+    run = cli("alerts", "--store", store_url, "--limit", "2")
+
+    assert (run.code, len(run.lines)) == (3, 2)
+    assert [alert["observed"]["case_id"] for alert in run.lines] == ["retry-1", "retry-2"]
+    assert run.err == (
+        "alerts: 2 nondeterminism alert(s) (the newest 2 of 3 kept; raise --limit to see more)\n"
+    )
+
+
 def test_alerts_on_a_clean_store_exits_0(
     score: Callable[..., Run],
     cli: Callable[..., Run],

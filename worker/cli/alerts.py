@@ -36,12 +36,11 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     with existing_store(args, settings) as store:
         alerts = store.alerts(limit=args.limit)
-        # One more than the limit says whether there are more without counting them all.
-        more = len(alerts) == args.limit and len(store.alerts(limit=args.limit + 1)) > args.limit
+        kept = store.alert_count() if len(alerts) == args.limit else len(alerts)
     for alert in alerts:
         print(alert.model_dump_json())
     shown = f"alerts: {len(alerts)} nondeterminism alert(s)"
-    if more:
-        shown += f" (the newest {args.limit}; more are stored: raise --limit to see them)"
+    if kept > len(alerts):
+        shown += f" (the newest {len(alerts)} of {kept} kept; raise --limit to see more)"
     print(shown, file=sys.stderr)
     return NONDETERMINISM if alerts else OK

@@ -104,7 +104,13 @@ class OutcomeStore(Protocol):
 class AuditTrail(Protocol):
     """What reviewers and the poison-message guard read: alerts, dead letters, delivery counts."""
 
-    def alerts(self, limit: int = 100) -> list[Alert]: ...
+    def alerts(self, limit: int = 100) -> list[Alert]:
+        """The newest `limit` alerts, oldest first."""
+        ...
+
+    def alert_count(self) -> int:
+        """How many alerts are kept (the stream is bounded: the oldest go first)."""
+        ...
 
     def dead_letter(self, *letters: DeadLetter) -> None:
         """Keep each letter whole in a bounded list; one round trip however many there are."""

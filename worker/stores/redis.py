@@ -285,6 +285,9 @@ class RedisStore:
             for text in self._newest(alerts_key(self.prefix), b"alert", limit)
         ]
 
+    def alert_count(self) -> int:
+        return int(self._call(lambda: self.client.xlen(alerts_key(self.prefix))))
+
     def dead_letter(self, *letters: DeadLetter) -> None:
         if letters:
             self._call(

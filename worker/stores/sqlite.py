@@ -295,6 +295,9 @@ class SQLiteStore:
         )
         return [Alert.model_validate_json(text) for (text,) in rows]
 
+    def alert_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM alerts").fetchone()[0])
+
     def dead_letter(self, *letters: DeadLetter) -> None:
         if not letters:
             return
