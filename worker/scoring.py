@@ -89,8 +89,10 @@ def build_record(
     delivery: Delivery,
 ) -> ScoreRecord:
     """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`."""
+    # A miss is the first; a hit agrees with it by definition: only a conflict needs the first.
+    canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
     decision = decide(
-        recorded.first.outcome,
+        canonical,
         policy,
         policy_group=message.policy_group,
         blocking=message.blocking,

@@ -14,14 +14,39 @@ from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
 
 
-class Recorded(BaseModel):
-    """What recording one attempt found: the canonical first attempt and how this one compares."""
+class Recorded:
+    """What recording one attempt found: how it compares with the first attempt, the first
+    attempt itself, and a conflict's alert.
 
-    model_config = ConfigDict(frozen=True)
+    A store may hand the first attempt over as the JSON it keeps; it is parsed when asked for.
+    A hit's outcome is the attempt's own (that is what a hit is), so the worker asks only on a
+    conflict, and a re-run of known inputs parses nothing it does not need.
+    """
 
-    cache: CacheOutcome
-    first: Attempt
-    alert: Alert | None = None
+    __slots__ = ("_first", "alert", "cache")
+
+    def __init__(
+        self, cache: CacheOutcome, first: Attempt | str | bytes, alert: Alert | None = None
+    ) -> None:
+        self.cache = cache
+        self._first = first
+        self.alert = alert
+
+    @property
+    def first(self) -> Attempt:
+        if not isinstance(self._first, Attempt):
+            self._first = Attempt.model_validate_json(self._first)
+        return self._first
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Recorded):
+            return NotImplemented
+        return (self.cache, self.first, self.alert) == (other.cache, other.first, other.alert)
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, and not immutable
+
+    def __repr__(self) -> str:
+        return f"Recorded(cache={self.cache!r}, first={self.first!r}, alert={self.alert!r})"
 
 
 class History(BaseModel):

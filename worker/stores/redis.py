@@ -209,9 +209,9 @@ class RedisStore:
         cache = reply[0].decode()
         if cache == "miss":
             return Recorded(cache="miss", first=attempt)
-        first = Attempt.model_validate_json(reply[1])
         if cache == "hit":
-            return Recorded(cache="hit", first=first)
+            return Recorded(cache="hit", first=reply[1])
+        first = Attempt.model_validate_json(reply[1])
         alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
         return Recorded(cache="conflict", first=first, alert=alert)
 

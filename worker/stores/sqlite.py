@@ -11,19 +11,23 @@ from pathlib import Path
 
 from contracts import Alert, Attempt
 from worker.errors import ConfigurationError
-from worker.stores.attempts import Expander, entry, same_shared_fields, whole
-from worker.stores.base import DeadLetter, History, Recorded, classify
+from worker.stores.attempts import Expander, entry, same_shared_fields, shared_json, whole
+from worker.stores.base import DeadLetter, History, Recorded, classify, outcome_json
 
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
 # keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry.
 SCHEMA_VERSION = 1
 SCHEMA = (
+    # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
+    # is compared without parsing the first; NULL in rows migrated from version 0.
     """CREATE TABLE IF NOT EXISTS outcomes (
         id INTEGER PRIMARY KEY,
         input_hash TEXT NOT NULL UNIQUE,
         first_attempt TEXT NOT NULL,
         total_attempts INTEGER NOT NULL,
-        expires_at TEXT
+        expires_at TEXT,
+        outcome TEXT,
+        shared TEXT
     )""",
     # attempt: an entry as worker.stores.attempts writes it (or a whole attempt, before).
     """CREATE TABLE IF NOT EXISTS attempts (
@@ -80,6 +84,12 @@ class _Outcome:
     total: int
     first: str | Attempt  # as stored, parsed when first needed
     expires_at: str | None
+    outcome: str | None  # the first's outcome_json(), None when not stored (version 0 rows)
+    shared: str | None  # the first's shared_json(), likewise
+
+    @classmethod
+    def new(cls, outcome_id: int, attempt: Attempt, expires_at: str | None) -> _Outcome:
+        return cls(outcome_id, 1, attempt, expires_at, outcome_json(attempt), shared_json(attempt))
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and datetime.fromisoformat(self.expires_at) <= now
@@ -173,20 +183,26 @@ class SQLiteStore:
                     # A new first outcome starts a new history. No entry of the old one is
                     # pending: an earlier item under this hash would have restarted it already.
                     db.execute("DELETE FROM attempts WHERE outcome_id = ?", (outcome.id,))
+                    outcome = outcomes[input_hash] = _Outcome.new(outcome.id, attempt, expires_at)
                     db.execute(
                         "UPDATE outcomes SET first_attempt = ?, total_attempts = 1,"
-                        " expires_at = ? WHERE id = ?",
-                        (whole(attempt), expires_at, outcome.id),
+                        " expires_at = ?, outcome = ?, shared = ? WHERE id = ?",
+                        (whole(attempt), expires_at, outcome.outcome, outcome.shared, outcome.id),
                     )
                     counted.discard(outcome.id)
-                    outcome = outcomes[input_hash] = _Outcome(outcome.id, 1, attempt, expires_at)
                 elif outcome is None:
                     (outcome_id,) = db.execute(
                         "INSERT INTO outcomes (input_hash, first_attempt, total_attempts,"
-                        " expires_at) VALUES (?, ?, 1, ?) RETURNING id",
-                        (input_hash, whole(attempt), expires_at),
+                        " expires_at, outcome, shared) VALUES (?, ?, 1, ?, ?, ?) RETURNING id",
+                        (
+                            input_hash,
+                            whole(attempt),
+                            expires_at,
+                            outcome_json(attempt),
+                            shared_json(attempt),
+                        ),
                     ).fetchone()
-                    outcome = outcomes[input_hash] = _Outcome(outcome_id, 1, attempt, expires_at)
+                    outcome = outcomes[input_hash] = _Outcome.new(outcome_id, attempt, expires_at)
                 else:
                     outcome.total += 1
                     counted.add(outcome.id)
@@ -212,12 +228,12 @@ class SQLiteStore:
         for start in range(0, len(ordered), OUTCOMES_PER_READ):
             chunk = ordered[start : start + OUTCOMES_PER_READ]
             rows = self._db.execute(
-                "SELECT input_hash, id, total_attempts, first_attempt, expires_at FROM outcomes"
-                f" WHERE input_hash IN ({','.join('?' * len(chunk))})",
+                "SELECT input_hash, id, total_attempts, first_attempt, expires_at, outcome, shared"
+                f" FROM outcomes WHERE input_hash IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
-            for input_hash, outcome_id, total, first, expires_at in rows:
-                found[input_hash] = _Outcome(outcome_id, total, first, expires_at)
+            for input_hash, *fields in rows:
+                found[input_hash] = _Outcome(*fields)
         return found
 
     @staticmethod
@@ -229,12 +245,19 @@ class SQLiteStore:
         now: datetime,
     ) -> Recorded:
         """A later attempt: hit or conflict with the first, and its entry."""
+        if outcome.outcome is not None and outcome.shared is not None:
+            same_outcome = outcome.outcome == outcome_json(attempt)
+            same_shared = outcome.shared == shared_json(attempt)
+        else:
+            first = outcome.first_attempt()
+            same_outcome = classify(first, attempt) == "hit"
+            same_shared = same_shared_fields(first, attempt)
+        entries.append(
+            (outcome.id, entry(attempt, same_outcome=same_outcome, same_shared=same_shared))
+        )
+        if same_outcome:
+            return Recorded(cache="hit", first=outcome.first)
         first = outcome.first_attempt()
-        cache = classify(first, attempt)
-        same = same_shared_fields(first, attempt)
-        entries.append((outcome.id, entry(attempt, same_outcome=cache == "hit", same_shared=same)))
-        if cache == "hit":
-            return Recorded(cache="hit", first=first)
         alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
         return Recorded(cache="conflict", first=first, alert=alert)
 
