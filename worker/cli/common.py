@@ -149,8 +149,8 @@ def existing_store(args: argparse.Namespace, settings: Settings) -> Iterator[Res
 @contextmanager
 def store_errors(url: str) -> Iterator[None]:
     """What a store's client library raises while it is used, when the user can fix it (a
-    read-only file, a full disk, a Redis database the server does not have), as one line
-    that names the store."""
+    read-only file, a full disk, a Redis server refusing writes), as one line that names
+    the store."""
     try:
         yield
     except Exception as error:
