@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from worker.app import create_app
+from worker.bench.launch import worker_command
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -53,24 +53,7 @@ def metrics_worker(redis_url: str, key_prefix: str) -> Iterator[tuple[int, str]]
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "worker.app",
-            "--quiet",
-            "worker",
-            "-Q",
-            queue,
-            "--pool",
-            "prefork",
-            "-c",
-            "2",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
+        worker_command(queue, pool="prefork", concurrency=2, heartbeat=False),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
