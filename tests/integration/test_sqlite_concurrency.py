@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from contracts import Attempt
+from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.integration.test_stores import write_version_0_sqlite
 from worker.stores import ResultStore
@@ -44,16 +45,12 @@ def outcome_of(process: int, round_: int) -> tuple[float, str]:
 
 def race_attempt(process: int, round_: int) -> Attempt:
     value, reason = outcome_of(process, round_)
-    return Attempt(
+    return factories.attempt(
         case_id=f"case-p{process}-r{round_}",
         task_id=f"task-p{process}-r{round_}",
-        required_claim_ids=["refund-window", "refund-method", "support-channel"],
         supported_claim_ids=["refund-window"],
         value=value,
         reason=reason,
-        recorded_at=FIXED_NOW,
-        metric_version="evidence_coverage/1",
-        ragas_version="0.4.3",
         worker_version="0.1.0",
     )
 

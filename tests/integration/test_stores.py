@@ -14,6 +14,7 @@ import fakeredis
 import pytest
 
 from contracts import Alert, Attempt
+from tests import factories
 from tests.conftest import FIXED_NOW
 from worker.errors import ConfigurationError
 from worker.settings import Settings
@@ -42,16 +43,12 @@ def attempt(
     recorded_at: datetime = FIXED_NOW,
 ) -> Attempt:
     """Attempt number n: its own case and task IDs, the given outcome."""
-    return Attempt(
+    return factories.attempt(
         case_id=f"refund-{n:03d}",
         task_id=f"task-{n}",
-        required_claim_ids=["refund-window", "refund-method", "support-channel"],
-        supported_claim_ids=["refund-window", "support-channel"],
         value=value,
         reason=reason,
         recorded_at=recorded_at,
-        metric_version="evidence_coverage/1",
-        ragas_version="0.4.3",
         worker_version="0.1.0",
     )
 
