@@ -22,7 +22,6 @@ from worker.settings import Settings, load_settings
 if TYPE_CHECKING:
     from worker.service import Service
 
-RETRY_BACKOFF_MAX_SECONDS = 60
 CONFIGURATION_EXIT_CODE = 2  # as the command line's configuration errors
 # kombu sweeps the unacked index this often; with throttle 1 a killed worker's messages are
 # back on the queue within visibility_timeout + this, well inside the +30 s we promise.

@@ -13,7 +13,10 @@ from typing import Any
 from celery.worker.consumer import Consumer
 
 from worker.constants import SCORE_BATCH
+from worker.errors import TransientError
+from worker.logging import get_logger
 from worker.scoring import Delivery
+from worker.stores.durable import impatient
 
 # Room for Celery's envelope around one message: [[message], {}, {callbacks...}].
 ENVELOPE_BYTES = 4_096
@@ -68,15 +71,30 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
         return int(settings.max_message_bytes) + ENVELOPE_BYTES
 
     def reject_undeliverable(self, message: Any, error: str) -> None:
-        """A body no task can take: dead-letter it whole, record it as rejected, then ack it."""
+        """A body no task can take: dead-letter it whole, record it as rejected, then ack it.
+
+        With the store unavailable it is neither recorded nor acknowledged: the broker keeps
+        it and delivers it again after the visibility timeout. This runs in the worker's
+        event loop, which must not wait for the store.
+        """
         headers = message.headers or {}
-        self.app.service().reject(
-            [message.body],
-            error,
-            Delivery(task_id=headers.get("id")),
-            identify=False,
-            task_name=headers.get("task"),
-        )
+        try:
+            with impatient():
+                self.app.service().reject(
+                    [message.body],
+                    error,
+                    Delivery(task_id=headers.get("id")),
+                    identify=False,
+                    task_name=headers.get("task"),
+                )
+        except TransientError as problem:
+            get_logger().warning(
+                "evidence_coverage.store_unavailable",
+                task_id=headers.get("id"),
+                problem=str(problem),
+                why="a rejected message stays unacknowledged until the store takes its record",
+            )
+            return
         message.ack()
 
     def _envelope_problem(self, task_name: str | None, message: Any) -> str | None:

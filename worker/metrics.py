@@ -32,7 +32,7 @@ class Metrics:
         self.enabled = enabled
         if not enabled:
             return
-        from prometheus_client import Counter, Histogram
+        from prometheus_client import Counter, Gauge, Histogram
 
         self.messages = Counter(
             "evidence_coverage_messages",
@@ -50,6 +50,13 @@ class Metrics:
             "Time to score and record one message",
             buckets=LATENCY_BUCKETS,
         )
+        # 1 while any live pool process is waiting for the store to take its write.
+        self.store_unavailable = Gauge(
+            "evidence_coverage_store_unavailable",
+            "1 while a task waits out a store outage, else 0",
+            multiprocess_mode="livemax",
+        )
+        self.store_unavailable.set(0)
 
     def observe(self, records: Iterable[Any], *, alerts: int, seconds_per_message: float) -> None:
         """Count one task's records (ScoreRecord-like: status, cache, event)."""
@@ -62,6 +69,10 @@ class Metrics:
             self.latency.observe(seconds_per_message)
         if alerts:
             self.alerts.inc(alerts)
+
+    def store_waiting(self, waiting: bool) -> None:
+        if self.enabled:
+            self.store_unavailable.set(1 if waiting else 0)
 
 
 def serve(port: int) -> None:

@@ -49,10 +49,16 @@ class Delivery:
 
 @dataclass(frozen=True)
 class Processed:
-    """One message's record, and the alert when its outcome disagreed with the first."""
+    """One message's record, and the alert when its outcome disagreed with the first.
+
+    `replayed`: the store had recorded this very write before (a retry after a lost reply or
+    a redelivery after the write landed), so the record and alert are the original ones and
+    nothing new was stored; the alert is already in the store's alert stream.
+    """
 
     record: ScoreRecord
     alert: Alert | None = None
+    replayed: bool = False
 
 
 def score(message: AttributionResult) -> tuple[str, Outcome]:
@@ -128,6 +134,27 @@ def process(
     return process_many([(message, delivery)], store=store, policy=policy, clock=clock)[0]
 
 
+def write_ids(deliveries: Sequence[Delivery]) -> list[str | None]:
+    """Each message's write id: its task ID and its position among that task's messages here,
+    as "task-9:0", "task-9:1"... (None without a task ID: no retry to recognise).
+
+    A retry of a task (the store's reply was lost, the worker died before the ack) hands the
+    same messages over in the same order, so it sends the same ids, and the store returns
+    what each write found the first time instead of recording it again.
+    """
+    positions: dict[str, int] = {}
+    ids: list[str | None] = []
+    for delivery in deliveries:
+        task_id = delivery.task_id
+        if task_id is None:
+            ids.append(None)
+            continue
+        position = positions.get(task_id, 0)
+        positions[task_id] = position + 1
+        ids.append(f"{task_id}:{position}")
+    return ids
+
+
 def process_many(
     items: Sequence[tuple[AttributionResult, Delivery]],
     *,
@@ -144,6 +171,7 @@ def process_many(
             for message, delivery, hash_, outcome in scored
         ],
         now=now,
+        write_ids=write_ids([delivery for _, delivery in items]),
     )
     return [
         Processed(
@@ -151,14 +179,22 @@ def process_many(
                 message,
                 hash_=hash_,
                 recorded=result,
-                observed=outcome,
+                observed=original_outcome(result) if result.replayed else outcome,
                 policy=policy,
                 delivery=delivery,
             ),
             alert=result.alert,
+            replayed=result.replayed,
         )
         for (message, delivery, hash_, outcome), result in zip(scored, recorded, strict=True)
     ]
+
+
+def original_outcome(recorded: Recorded) -> Outcome:
+    """The outcome the first write of a replayed one observed, so its record is the original
+    even when scoring this time gave another: a conflict's is in its alert, and a miss's or a
+    hit's is the first outcome (that is what they are)."""
+    return (recorded.alert.observed if recorded.alert is not None else recorded.first).outcome
 
 
 def rejected_record(

@@ -12,16 +12,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from contracts import Policy
 from contracts.records import REJECTED
 from worker.alerts import AlertSink, WebhookSender
-from worker.errors import InputError
+from worker.errors import InputError, TransientError
 from worker.intake import Body, admit, body_text
-from worker.logging import emit_record
+from worker.logging import emit_record, get_logger
 from worker.metrics import Metrics
 from worker.scoring import Clock, Delivery, Processed, process_many, rejected_record, utc_now
 from worker.settings import Settings
 from worker.stores import DeadLetter, ResultStore, open_store
+from worker.stores.durable import DurableStore
 
 
 @dataclass
@@ -37,22 +40,28 @@ class Service:
 
     @classmethod
     def open(
-        cls, settings: Settings, *, store_url: str, policy: Policy | None, metrics: bool = False
+        cls,
+        settings: Settings,
+        *,
+        store_url: str,
+        policy: Policy | None,
+        metrics: bool = False,
+        retry_window_seconds: float = 0.0,
     ) -> Service:
-        """A service on the store at `store_url`, deciding with `policy` (None: report-only)."""
-        webhook = (
-            WebhookSender(
-                settings.alert_webhook_url, timeout_seconds=settings.alert_webhook_timeout_seconds
-            )
-            if settings.alert_webhook_url
-            else None
-        )
+        """A service on the store at `store_url`, deciding with `policy` (None: report-only),
+        whose writes wait out a store outage for up to `retry_window_seconds`."""
+        counters = Metrics(enabled=metrics)
         return cls(
             settings=settings,
             policy=policy,
-            store=open_store(store_url, settings),
-            alerts=AlertSink(webhook),
-            metrics=Metrics(enabled=metrics),
+            store=DurableStore(
+                open_store(store_url, settings),
+                window_seconds=retry_window_seconds,
+                on_wait=lambda error, attempt, delay: _store_waits(counters, error, attempt, delay),
+                on_recovered=lambda: _store_recovered(counters),
+            ),
+            alerts=AlertSink(WebhookSender.from_settings(settings)),
+            metrics=counters,
         )
 
     @classmethod
@@ -63,6 +72,7 @@ class Service:
             store_url=settings.result_store_url,
             policy=settings.load_policy(),
             metrics=settings.metrics_port is not None,
+            retry_window_seconds=settings.store_retry_window,
         )
 
     def handle(self, bodies: Sequence[tuple[Body, Delivery]]) -> list[Processed]:
@@ -71,21 +81,27 @@ class Service:
         admitted = []
         letters = []
         slots: list[Processed | None] = []
+        case_ids: list[str | None] = []
         for body, delivery in bodies:
             try:
-                admitted.append((admit(body, max_bytes=self.settings.max_message_bytes), delivery))
+                message = admit(body, max_bytes=self.settings.max_message_bytes)
             except InputError as error:
                 letters.append(self._letter(body, str(error), delivery))
                 record = rejected_record(
                     str(error), body=body, policy=self.policy, delivery=delivery
                 )
                 slots.append(Processed(record=record))
+                case_ids.append(record.case_id)
                 continue
+            admitted.append((message, delivery))
             slots.append(None)
-        self.store.dead_letter(*letters)
-        scored = iter(
-            process_many(admitted, store=self.store, policy=self.policy, clock=self.clock)
-        )
+            case_ids.append(message.case_id)
+        # The WARNING lines of a store outage name the messages that are waiting for it.
+        with structlog.contextvars.bound_contextvars(case_ids=case_ids):
+            self.store.dead_letter(*letters)
+            scored = iter(
+                process_many(admitted, store=self.store, policy=self.policy, clock=self.clock)
+            )
         results = [slot if slot is not None else next(scored) for slot in slots]
         self._emit(results, seconds=time.perf_counter() - started)
         return results
@@ -104,7 +120,9 @@ class Service:
         `identify=False` for transport bodies (a task envelope, an oversize blob): their
         case_id is not worth parsing them for.
         """
-        self.store.dead_letter(*(self._letter(body, error, delivery) for body in bodies))
+        letters = [self._letter(body, error, delivery) for body in bodies]
+        with structlog.contextvars.bound_contextvars(case_ids=[None] * len(bodies)):
+            self.store.dead_letter(*letters)
         results = [
             Processed(
                 record=rejected_record(
@@ -130,8 +148,11 @@ class Service:
         for result in results:
             emit_record(result.record, **context)
             if result.alert is not None:
-                line = result.record.line
-                self.alerts.raise_alert(result.alert, **({"line": line} if line else {}))
+                # A replayed conflict is raised again: when the first reply was lost, this is
+                # the first time anyone hears of it. The alert stream holds it once.
+                where = {"line": result.record.line} if result.record.line else {}
+                replay = {"replayed": True} if result.replayed else {}
+                self.alerts.raise_alert(result.alert, **where, **replay)
                 alerts += 1
         self.metrics.observe(
             [result.record for result in results],
@@ -160,3 +181,18 @@ def summary(results: Sequence[Processed]) -> list[dict[str, Any]]:
 def is_rejection(processed: Processed) -> bool:
     """True when the body never reached the metric (schema, size, envelope)."""
     return processed.record.event == REJECTED
+
+
+def _store_waits(metrics: Metrics, error: TransientError, attempt: int, delay: float) -> None:
+    metrics.store_waiting(True)
+    get_logger().warning(
+        "evidence_coverage.store_unavailable",
+        problem=str(error),
+        attempt=attempt,
+        retry_in_seconds=round(delay, 3),
+    )
+
+
+def _store_recovered(metrics: Metrics) -> None:
+    metrics.store_waiting(False)
+    get_logger().info("evidence_coverage.store_recovered")

@@ -20,6 +20,10 @@ REDIS_SCHEMES = ("redis", "rediss")
 REDIS_URL_HINT = "use redis://host:port/db, db a database number the server has (0-15 by default)"
 BROKER_URL_HINT = "use redis://host:port/db or amqp://user:password@host:port/vhost"
 _DB_PATH = re.compile(r"/?|/[0-9]+")
+# The webhook's bounds, here so WebhookSender's defaults and the settings' are one number.
+WEBHOOK_DEADLINE_SECONDS = 5.0
+WEBHOOK_DRAIN_SECONDS = 5.0
+DEAD_LETTER_MAX_BYTES = 65_536
 
 
 class Settings(BaseSettings):
@@ -37,6 +41,21 @@ class Settings(BaseSettings):
     min_coverage: str | None = Field(default=None, validation_alias="MIN_EVIDENCE_COVERAGE")
     alert_webhook_url: str | None = None
     alert_webhook_timeout_seconds: float = Field(default=2.0, gt=0)
+    alert_webhook_deadline_seconds: float = Field(
+        default=WEBHOOK_DEADLINE_SECONDS,
+        gt=0,
+        description="total time one webhook POST may take, however the receiver trickles",
+    )
+    alert_webhook_drain_seconds: float = Field(
+        default=WEBHOOK_DRAIN_SECONDS,
+        ge=0,
+        description="how long shutdown waits for queued webhook alerts before logging them",
+    )
+    dead_letter_max_bytes: int = Field(
+        default=DEAD_LETTER_MAX_BYTES,
+        gt=0,
+        description="bytes of a rejected body kept in its dead letter (with its SHA-256)",
+    )
     log_format: str = "json"
     log_schema: Literal["otel", "ecs"] = Field(
         default="otel",
@@ -45,6 +64,12 @@ class Settings(BaseSettings):
     log_raw_text: bool = False
     result_ttl_seconds: int | None = Field(default=None, gt=0)
     visibility_timeout_seconds: int = Field(default=300, gt=0)
+    store_retry_window_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="how long a task waits out a store outage before it hands its message "
+        "back to the broker; below the visibility timeout (default: 80% of it)",
+    )
     max_attempts_per_hash: int = Field(default=100, ge=2)
     max_message_bytes: int = Field(default=1_048_576, gt=0)
     max_batch_bytes: int = Field(default=33_554_432, gt=0)
@@ -102,6 +127,16 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _window_inside_visibility_timeout(self) -> Settings:
+        # A task still waiting when the timeout passes would see its message delivered again.
+        if self.store_retry_window >= self.visibility_timeout_seconds:
+            raise ValueError(
+                "EVIDENCE_STORE_RETRY_WINDOW_SECONDS must be below "
+                "EVIDENCE_VISIBILITY_TIMEOUT_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _key_needs_certificate(self) -> Settings:
         if self.tls_key_file is not None and self.tls_cert_file is None:
             raise ValueError("EVIDENCE_TLS_KEY_FILE needs EVIDENCE_TLS_CERT_FILE")
@@ -113,6 +148,13 @@ class Settings(BaseSettings):
         if value not in {"json", "console"}:
             raise ValueError("must be 'json' or 'console'")
         return value
+
+    @property
+    def store_retry_window(self) -> float:
+        """EVIDENCE_STORE_RETRY_WINDOW_SECONDS, else most of the visibility timeout."""
+        if self.store_retry_window_seconds is not None:
+            return self.store_retry_window_seconds
+        return self.visibility_timeout_seconds * 0.8
 
     @property
     def result_store_url(self) -> str:

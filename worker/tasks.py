@@ -1,6 +1,10 @@
 """Thin Celery tasks: bind the task's context, hand the bodies to the service, return a summary.
 
-Acks, retries and serialization are the task options' and the app's (worker/app.py).
+Acks and serialization are the app's (worker/app.py). A store outage is waited out by the
+service's store (worker/stores/durable.py), within the task and with the message unacknowledged;
+when it lasts longer, the task hands the message back to the broker: never an ack without an
+outcome. Celery's own retry would publish a copy and ack the original, which loses the message
+when the broker is the Redis that is down.
 """
 
 from __future__ import annotations
@@ -9,22 +13,19 @@ from typing import Any
 
 import structlog
 from celery import Task
+from celery.exceptions import Reject
 
-from worker.app import RETRY_BACKOFF_MAX_SECONDS, app
+from worker.app import app
 from worker.constants import CANARY, NOOP, SCORE, SCORE_BATCH
 from worker.errors import TransientError
+from worker.intake import case_id_of
+from worker.logging import get_logger
 from worker.scoring import Delivery
 from worker.service import summary
+from worker.stores import AuditTrail
+from worker.stores.durable import impatient
 
-TASK_OPTIONS: dict[str, Any] = {
-    "bind": True,
-    # Only the store being unreachable is worth retrying; bad input never is.
-    "autoretry_for": (TransientError,),
-    "retry_backoff": True,
-    "retry_backoff_max": RETRY_BACKOFF_MAX_SECONDS,
-    "retry_jitter": True,
-    "max_retries": 20,
-}
+TASK_OPTIONS: dict[str, Any] = {"bind": True}
 
 
 def _delivery(task: Task) -> Delivery:
@@ -41,15 +42,39 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
         retries=task.request.retries,
         redelivered=delivery.redelivered,
     ):
-        if delivery.redelivered and delivery.task_id:
-            deliveries = service.store.count_delivery(delivery.task_id)
-            if deliveries > service.settings.max_deliveries:
-                error = (
-                    f"delivered {deliveries} times without completing "
-                    f"(limit EVIDENCE_MAX_DELIVERIES={service.settings.max_deliveries})"
-                )
-                return summary(service.reject(bodies, error, delivery))
-        return summary(service.handle([(body, delivery) for body in bodies]))
+        try:
+            if delivery.redelivered and delivery.task_id:
+                deliveries = _count_delivery(service.store, delivery.task_id)
+                if deliveries > service.settings.max_deliveries:
+                    error = (
+                        f"delivered {deliveries} times without completing "
+                        f"(limit EVIDENCE_MAX_DELIVERIES={service.settings.max_deliveries})"
+                    )
+                    return summary(service.reject(bodies, error, delivery))
+            return summary(service.handle([(body, delivery) for body in bodies]))
+        except TransientError as error:
+            if task.request.called_directly:
+                raise
+            get_logger().warning(
+                "evidence_coverage.requeued",
+                case_ids=[case_id_of(body) for body in bodies],
+                problem=str(error),
+                why="the store stayed unavailable: the message goes back to the broker "
+                "unacknowledged and is scored when it is delivered again",
+            )
+            raise Reject(str(error), requeue=True) from error
+
+
+def _count_delivery(store: AuditTrail, task_id: str) -> int:
+    """This delivery's number, or 0 when the store is away: a message an outage handed back
+    is delivered again while the store is still away, and such a delivery must not count
+    towards the poison-message limit (it did not crash a worker). Counting resumes with the
+    store."""
+    try:
+        with impatient():
+            return store.count_delivery(task_id)
+    except TransientError:
+        return 0
 
 
 @app.task(name=SCORE, **TASK_OPTIONS)  # type: ignore[untyped-decorator]

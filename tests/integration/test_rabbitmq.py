@@ -78,14 +78,15 @@ def test_twenty_messages_through_rabbitmq_are_all_scored(
 
 
 @pytest.mark.timeout(240)
-def test_a_duplicate_redelivered_by_rabbitmq_is_a_hit(
+def test_a_duplicate_redelivered_by_rabbitmq_is_recognised_as_the_same_write(
     start_worker: Callable[..., Worker],
     amqp_queue: str,
     publisher: Callable[..., Celery],
     store: RedisStore,
     message_dict: MessageFactory,
 ) -> None:
-    """A copy taken by a consumer that dies unacknowledged comes back redelivered: `hit`."""
+    """A copy taken by a consumer that dies unacknowledged comes back redelivered; the store
+    knows it for the task's own earlier write: its record repeats the miss, nothing is added."""
     message = message_dict(case_id="amqp-redelivered", answer="Returns within 30 days. [amqp]")
     app = publisher(AMQP_URL)
     first = start_worker(amqp_queue, broker_url=AMQP_URL)
@@ -102,8 +103,9 @@ def test_a_duplicate_redelivered_by_rabbitmq_is_a_hit(
     second = start_worker(amqp_queue, broker_url=AMQP_URL)
 
     (record,) = second.wait_for(1, timeout=120)
-    assert (record["task_id"], record["redelivered"], record["cache"]) == (task_id, True, "hit")
+    assert (record["task_id"], record["redelivered"], record["cache"]) == (task_id, True, "miss")
     history = store.history(hash_of(message))
     assert history is not None
-    assert [attempt.redelivered for attempt in history.attempts] == [False, True]
+    assert [attempt.redelivered for attempt in history.attempts] == [False]
+    assert history.total_attempts == 1
     assert store.alerts() == []

@@ -17,7 +17,7 @@ from contracts import Alert, Attempt
 from tests import factories
 from tests.conftest import FIXED_NOW
 from worker.errors import ConfigurationError
-from worker.settings import Settings
+from worker.settings import DEAD_LETTER_MAX_BYTES, Settings
 from worker.stores import DeadLetter, History, Recorded, ResultStore, open_store
 from worker.stores.keys import attempts_key, outcome_key
 from worker.stores.redis import RedisStore
@@ -394,12 +394,13 @@ def letter(n: int) -> DeadLetter:
 
 
 def test_dead_letters_round_trip(store: ResultStore) -> None:
-    """dead_letters() returns every stored letter whole, oldest first."""
+    """dead_letters() returns every stored letter, with its body's digest and size, oldest
+    first."""
     letters = [letter(n) for n in range(1, 4)]
     for each in letters:
         store.dead_letter(each)
 
-    assert store.dead_letters() == letters
+    assert store.dead_letters() == [each.bounded(DEAD_LETTER_MAX_BYTES) for each in letters]
 
 
 def test_dead_letters_given_at_once_are_kept_in_order_after_earlier_ones(
@@ -411,7 +412,7 @@ def test_dead_letters_given_at_once_are_kept_in_order_after_earlier_ones(
     store.dead_letter(*letters[1:])
     store.dead_letter()
 
-    assert store.dead_letters() == letters
+    assert store.dead_letters() == [each.bounded(DEAD_LETTER_MAX_BYTES) for each in letters]
 
 
 def test_dead_letters_limit_keeps_the_newest(store: ResultStore) -> None:
@@ -420,7 +421,9 @@ def test_dead_letters_limit_keeps_the_newest(store: ResultStore) -> None:
     for each in letters:
         store.dead_letter(each)
 
-    assert store.dead_letters(limit=2) == letters[3:]
+    assert store.dead_letters(limit=2) == [
+        each.bounded(DEAD_LETTER_MAX_BYTES) for each in letters[3:]
+    ]
 
 
 def test_no_dead_letters_is_an_empty_list(store: ResultStore) -> None:

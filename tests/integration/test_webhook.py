@@ -6,8 +6,11 @@ never cost a record or the alert stream entry.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
+import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +29,8 @@ from tests.integration.worker_harness import (
     hash_of,
     send_scores,
 )
+from worker.alerts import JOIN_GRACE_SECONDS, SOURCE_OF_TRUTH, UNDELIVERED
+from worker.settings import WEBHOOK_DRAIN_SECONDS
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
@@ -161,13 +166,15 @@ def test_a_failing_webhook_costs_neither_a_record_nor_the_alert_stream_entry(
     store: RedisStore,
     broken: str,
 ) -> None:
-    """500s or no server at all: both records, the alert entry, and one webhook_failed line."""
+    """500s or no server at all: both records, the alert entry, and one webhook_undelivered
+    line saying the POSTs failed."""
     server = webhook(500)
     url = server.url if broken == "answers-500" else f"http://127.0.0.1:{free_port()}/"
 
     run = run_conflict(url)
 
-    (failed,) = run.worker.wait_for(1, events=["evidence_coverage.webhook_failed"], timeout=60)
+    (failed,) = run.worker.wait_for(1, events=[UNDELIVERED], timeout=60)
+    assert (failed["cause"], failed["note"]) == ("failed", SOURCE_OF_TRUTH)
     records = run.worker.events(SCORED)
     assert [(line["case_id"], line["cache"]) for line in records] == [
         ("hook-first", "miss"),
@@ -178,3 +185,80 @@ def test_a_failing_webhook_costs_neither_a_record_nor_the_alert_stream_entry(
     assert failed["problem"] == ("HTTP 500" if broken == "answers-500" else "ConnectError")
     assert len(server.bodies) == (WEBHOOK_RETRIES if broken == "answers-500" else 0)
     assert run.worker.alive()
+
+
+class TrickleServer:
+    """Takes each request, sends a status line and headers, then one body byte a second."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}/hooks/alerts"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65_536)
+            self.requests += 1
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3600\r\n\r\n")
+            while not self._stop.wait(1.0):
+                conn.sendall(b"x")
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.requests < count:
+            assert time.monotonic() < deadline, f"{self.requests} requests, expected {count}"
+            time.sleep(harness.POLL_SECONDS)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()
+
+
+@pytest.fixture
+def trickle() -> Iterator[TrickleServer]:
+    server = TrickleServer()
+    yield server
+    server.close()
+
+
+# A warm shutdown's own work besides the webhook: the pool's children exit, the broker
+# connection closes.
+CELERY_SHUTDOWN_SLACK_SECONDS = 10.0
+
+
+def test_warm_shutdown_finishes_with_a_trickling_webhook_and_logs_the_alert(
+    run_conflict: Callable[[str], ConflictRun], trickle: TrickleServer, store: RedisStore
+) -> None:
+    """A receiver trickling its answer: SIGTERM still ends the worker within the drain time,
+    and the alert is one webhook_undelivered line (cause shutdown) naming its hash, while
+    the alert stream keeps it."""
+    run = run_conflict(trickle.url)
+    trickle.wait_for(1)
+
+    started = time.monotonic()
+    run.worker.process.send_signal(signal.SIGTERM)
+    run.worker.process.wait(WEBHOOK_DRAIN_SECONDS + JOIN_GRACE_SECONDS + 30)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < WEBHOOK_DRAIN_SECONDS + JOIN_GRACE_SECONDS + CELERY_SHUTDOWN_SLACK_SECONDS
+    (line,) = run.worker.events(UNDELIVERED)
+    assert (line["input_hash"], line["cause"], line["note"]) == (
+        run.input_hash,
+        "shutdown",
+        SOURCE_OF_TRUTH,
+    )
+    assert line["raised_at"] == store.alerts()[0].model_dump(mode="json")["raised_at"]
+    assert [alert.input_hash for alert in store.alerts()] == [run.input_hash]

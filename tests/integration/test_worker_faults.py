@@ -458,10 +458,12 @@ def test_a_poison_message_is_rejected_and_dead_lettered_and_the_worker_keeps_con
     assert rig.store.alerts() == []
 
 
-def test_a_redelivered_identical_message_is_a_hit_and_raises_no_alert(
+def test_a_redelivered_message_is_recognised_as_its_own_write_and_raises_no_alert(
     rig: Rig, message_dict: MessageFactory
 ) -> None:
-    """The broker delivers the same message twice (as kombu restores it): miss, then hit."""
+    """The broker delivers the same message twice (as kombu restores it): the store knows the
+    second for the same task's write, so its record repeats the first (a miss) and nothing
+    more is stored."""
     message = message_dict(case_id="redelivered-1", answer="Returns within 30 days. [redelivery]")
     hold = f"{rig.queue}-hold"  # nobody consumes it: a place to take the raw message from
     task_id = rig.app.send_task(SCORE, args=[message], queue=hold).id
@@ -479,11 +481,11 @@ def test_a_redelivered_identical_message_is_a_hit_and_raises_no_alert(
     first, second = rig.records_of(task_id, 2)
     history = check_first_outcomes(rig.store, [message], [first, second])[hash_of(message)]
     assert (first["cache"], first["redelivered"]) == ("miss", False)
-    assert (second["cache"], second["redelivered"]) == ("hit", True)
+    assert (second["cache"], second["redelivered"]) == ("miss", True)
     assert (second["value"], second["reason"]) == (TWO_THIRDS, TWO_THIRDS_REASON)
-    assert (second["observed_value"], second["observed_reason"]) == (TWO_THIRDS, TWO_THIRDS_REASON)
-    assert [attempt.redelivered for attempt in history.attempts] == [False, True]
-    assert history.total_attempts == 2
+    assert (second["observed_value"], second["observed_reason"]) == (None, None)
+    assert [attempt.redelivered for attempt in history.attempts] == [False]
+    assert history.total_attempts == 1
     assert [
         line for line in rig.worker.events(NONDETERMINISM) if line["input_hash"] == hash_of(message)
     ] == []

@@ -41,6 +41,7 @@ METRIC_NAMES = {
     "evidence_coverage_messages_total",
     "evidence_coverage_nondeterminism_alerts_total",
     "evidence_coverage_rejected_total",
+    "evidence_coverage_store_unavailable",
     *(f"evidence_coverage_scoring_seconds{suffix}" for suffix in ("_bucket", "_sum", "_count")),
 }
 HEALTH_DESTINATION = "celery@$HOSTNAME"

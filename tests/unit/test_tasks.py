@@ -18,17 +18,20 @@ import fakeredis
 import pytest
 import structlog
 from celery import Task
+from celery.exceptions import Reject
 from structlog.testing import capture_logs
 
 from contracts import Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from tests.factories import expected_rejected, expected_scored
-from worker.alerts import AlertSink, WebhookSender
+from worker.alerts import SOURCE_OF_TRUTH, AlertSink, WebhookSender
 from worker.app import app, celery_config
 from worker.errors import TransientError
+from worker.logging import get_logger
 from worker.service import Service
 from worker.settings import Settings
 from worker.stores import Recorded
+from worker.stores.durable import DurableStore
 from worker.stores.redis import RedisStore
 from worker.tasks import score, score_batch
 
@@ -38,6 +41,7 @@ UNKNOWN_ID_REASON = (
     "Error executing metric evidence_coverage: supported_claim_ids contains unknown IDs: old-c1"
 )
 MAX_DELIVERIES = 2
+STORE_WINDOW_SECONDS = 30.0
 
 
 class FlakyStore(RedisStore):
@@ -45,11 +49,17 @@ class FlakyStore(RedisStore):
 
     failures = 0
 
-    def record_many(self, items: Sequence[tuple[str, Attempt]], *, now: datetime) -> list[Recorded]:
+    def record_many(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        *,
+        now: datetime,
+        write_ids: Sequence[str | None] | None = None,
+    ) -> list[Recorded]:
         if self.failures:
             self.failures -= 1
             raise TransientError("Redis unreachable: connection refused")
-        return super().record_many(items, now=now)
+        return super().record_many(items, now=now, write_ids=write_ids)
 
 
 @pytest.fixture
@@ -59,13 +69,40 @@ def store() -> Iterator[FlakyStore]:
     opened.close()
 
 
+class FakeTime:
+    """A monotonic clock that moves only when the store's backoff sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_time() -> FakeTime:
+    return FakeTime()
+
+
 @pytest.fixture(autouse=True)
-def runtime(store: FlakyStore) -> Iterator[Service]:
-    """The tasks' process service, on fakeredis with a fixed clock; reset afterwards."""
+def runtime(store: FlakyStore, fake_time: FakeTime) -> Iterator[Service]:
+    """The tasks' process service, on fakeredis with a fixed clock; reset afterwards. Its
+    store waits out an outage for up to STORE_WINDOW_SECONDS of fake time."""
     built = Service(
         settings=Settings(max_deliveries=MAX_DELIVERIES),
         policy=None,
-        store=store,
+        store=DurableStore(
+            store,
+            window_seconds=STORE_WINDOW_SECONDS,
+            on_wait=lambda error, attempt, delay: get_logger().warning(
+                "evidence_coverage.store_unavailable", attempt=attempt
+            ),
+            sleep=fake_time.sleep,
+            clock=lambda: fake_time.now,
+            rng=lambda: 0.0,
+        ),
         alerts=AlertSink(),
         clock=lambda: FIXED_NOW,
     )
@@ -243,7 +280,8 @@ def test_a_message_redelivered_more_than_max_deliveries_times_is_rejected(
         f"delivered {MAX_DELIVERIES + 1} times without completing "
         f"(limit EVIDENCE_MAX_DELIVERIES={MAX_DELIVERIES})"
     )
-    assert caches == ["miss", "hit"]
+    # The same task id and position each time: the store recognises its own write (a replay).
+    assert caches == ["miss", "miss"]
     assert [without_duration(entry) for entry in logs] == [
         rejected_entry(
             reason,
@@ -339,15 +377,10 @@ def test_the_unacked_restore_sweep_fits_the_redelivery_promise() -> None:
 
 
 @pytest.mark.parametrize("task", [score, score_batch], ids=["score", "score_batch"])
-def test_tasks_retry_transient_errors_only_with_backoff_and_jitter(task: Task) -> None:
-    """autoretry_for is exactly (TransientError,), with exponential backoff capped and jittered."""
-    assert (
-        task.autoretry_for,
-        task.retry_backoff,
-        task.retry_backoff_max,
-        task.retry_jitter,
-        task.max_retries,
-    ) == ((TransientError,), True, 60, True, 20)
+def test_tasks_never_ask_celery_to_retry(task: Task) -> None:
+    """No autoretry: Celery's retry publishes a copy and acks the original, which loses the
+    message when the broker is the Redis that is down. The store waits out an outage instead."""
+    assert getattr(task, "autoretry_for", ()) == ()
 
 
 @pytest.mark.parametrize("task", [score, score_batch], ids=["score", "score_batch"])
@@ -365,47 +398,79 @@ def eager() -> Iterator[None]:
     app.conf.task_always_eager = previous
 
 
-@pytest.mark.usefixtures("eager")
-def test_a_transient_store_error_is_retried_until_the_outcome_is_recorded(
-    message_dict: MessageFactory, store: FlakyStore
+def test_a_store_outage_is_waited_out_and_the_outcome_recorded_once(
+    message_dict: MessageFactory, store: FlakyStore, fake_time: FakeTime
 ) -> None:
-    """Redis unreachable twice, then back: retried, and recorded exactly once."""
+    """Redis unreachable twice, then back: the task waits (0.5 s, then 1 s), naming the case
+    it holds in each WARNING line, and records the outcome exactly once."""
     message = message_dict()
     store.failures = 2
 
-    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        result = score.apply(args=[message], task_id="task-1")
+    result, logs = run(score, message)
 
-    assert result.successful()
-    assert [(entry["event"], entry["cache"], entry["retries"]) for entry in logs] == [
-        ("evidence_coverage.scored", "miss", 2)
+    assert result == [
+        {"case_id": "refund-001", "input_hash": result[0]["input_hash"], "status": "scored",
+         "cache": "miss"}
+    ]  # fmt: skip
+    assert [(entry["event"], entry.get("attempt"), entry.get("case_ids")) for entry in logs] == [
+        ("evidence_coverage.store_unavailable", 1, ["refund-001"]),
+        ("evidence_coverage.store_unavailable", 2, ["refund-001"]),
+        ("evidence_coverage.scored", None, None),
     ]
+    assert fake_time.sleeps == [0.5, 1.0]
     history = store.history(input_hash(AttributionResult.model_validate(message)))
     assert history is not None
     assert history.total_attempts == 1
 
 
-@pytest.mark.usefixtures("eager")
-def test_a_store_that_stays_unreachable_fails_the_task_after_max_retries(
+def test_a_store_outage_longer_than_the_window_hands_the_message_back_unacknowledged(
+    message_dict: MessageFactory, store: FlakyStore, fake_time: FakeTime
+) -> None:
+    """Past the window the task rejects its message with requeue: never an ack without an
+    outcome. Nothing is recorded or logged as scored; the requeue names the case IDs."""
+    store.failures = 1_000
+    task_id = "task-1"
+    score.push_request(
+        id=task_id, delivery_info={"redelivered": False}, retries=0, called_directly=False
+    )
+    try:
+        with (
+            capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs,
+            pytest.raises(Reject) as rejected,
+        ):
+            score.run(message_dict())
+    finally:
+        score.pop_request()
+
+    assert rejected.value.requeue is True
+    assert sum(fake_time.sleeps) <= STORE_WINDOW_SECONDS
+    assert fake_time.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
+    events = [entry["event"] for entry in logs]
+    assert events == ["evidence_coverage.store_unavailable"] * 6 + ["evidence_coverage.requeued"]
+    assert logs[-1]["case_ids"] == ["refund-001"]
+    assert logs[-1]["problem"] == "Redis unreachable: connection refused"
+    assert store.alerts() == []
+    assert store.failures == 1_000 - 7
+
+
+def test_a_batch_waiting_for_the_store_names_every_case_it_holds(
     message_dict: MessageFactory, store: FlakyStore
 ) -> None:
-    """After max_retries the TransientError surfaces; nothing was recorded or logged as scored."""
-    store.failures = score.max_retries + 1
+    """A batch's WARNING lines list the case IDs of all its messages, rejected ones too."""
+    store.failures = 1
+    batch = [message_dict(case_id="a"), {"case_id": "b", "bogus": 1}, message_dict(case_id="c")]
 
-    with capture_logs() as logs:
-        result = score.apply(args=[message_dict()], task_id="task-1")
+    _, logs = run(score_batch, batch)
 
-    assert result.failed()
-    assert isinstance(result.result, TransientError)
-    assert logs == []
-    assert store.failures == 0
+    assert logs[0]["event"] == "evidence_coverage.store_unavailable"
+    assert logs[0]["case_ids"] == ["a", "b", "c"]
 
 
 def test_a_transient_error_outside_a_worker_is_raised_to_the_caller(
     message_dict: MessageFactory, store: FlakyStore
 ) -> None:
-    """Called directly (no worker request), the task raises the TransientError itself."""
-    store.failures = 1
+    """Called directly (no worker request), an outage past the window raises TransientError."""
+    store.failures = 1_000
 
     with pytest.raises(TransientError, match="Redis unreachable"):
         score(message_dict())
@@ -502,7 +567,7 @@ def test_a_webhook_answering_500_is_retried_until_it_succeeds(
 def test_a_webhook_that_keeps_failing_is_given_up_after_its_retries(
     webhook_server: Callable[..., RecordingServer],
 ) -> None:
-    """Always 500: exactly `retries` POSTs, then one webhook_failed warning."""
+    """Always 500: exactly `retries` POSTs, then one webhook_undelivered warning."""
     server = webhook_server(500)
 
     logs = deliver(server.url, retries=2)
@@ -510,11 +575,14 @@ def test_a_webhook_that_keeps_failing_is_given_up_after_its_retries(
     assert server.bodies == [PAYLOAD] * 2
     assert logs == [
         {
-            "event": "evidence_coverage.webhook_failed",
+            "event": "evidence_coverage.webhook_undelivered",
             "log_level": "warning",
             "input_hash": "a" * 64,
+            "raised_at": None,
+            "cause": "failed",
             "attempts": 2,
             "problem": "HTTP 500",
+            "note": SOURCE_OF_TRUTH,
         }
     ]
 
@@ -536,10 +604,38 @@ def test_an_unreachable_webhook_never_raises() -> None:
 
     assert logs == [
         {
-            "event": "evidence_coverage.webhook_failed",
+            "event": "evidence_coverage.webhook_undelivered",
             "log_level": "warning",
             "input_hash": "a" * 64,
+            "raised_at": None,
+            "cause": "failed",
             "attempts": 3,
             "problem": "ConnectError",
+            "note": SOURCE_OF_TRUTH,
         }
     ]
+
+
+def test_redeliveries_during_an_outage_do_not_count_towards_the_poison_limit(
+    message_dict: MessageFactory, store: FlakyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message an outage handed back, delivered again while the store is still away, is not
+    counted as a crash: after many such deliveries it is scored, not dead-lettered."""
+    message = message_dict()
+    count_delivery = store.count_delivery
+    away = {"deliveries": 10}
+
+    def unreachable_while_away(task_id: str) -> int:
+        if away["deliveries"]:
+            away["deliveries"] -= 1
+            raise TransientError("Redis unreachable: connection refused")
+        return count_delivery(task_id)
+
+    monkeypatch.setattr(store, "count_delivery", unreachable_while_away)
+    for _ in range(10):
+        run(score, message, redelivered=True)  # the store answers the rest of the task
+
+    result, _ = run(score, message, redelivered=True)
+
+    assert result[0]["status"] == "scored"
+    assert store.dead_letters() == []

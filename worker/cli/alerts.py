@@ -1,9 +1,14 @@
-"""`evidence-worker alerts`: nondeterminism alerts kept in the store's alert stream."""
+"""`evidence-worker alerts`: nondeterminism alerts kept in the store's alert stream.
+
+The stream is the source of truth for alerts: the webhook is best effort, and an alert it
+did not deliver is logged with its hash and raised_at, which `--since` takes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from worker.cli.common import add_store_option, describe, existing_store, positive_int
@@ -18,9 +23,11 @@ def register(commands: Any) -> None:
         "alerts",
         **describe(
             "list nondeterminism alerts (exit 3 when there are any)",
-            example="alerts --store redis://localhost:6379/0 --limit 10",
+            example="alerts --store redis://localhost:6379/0 --since 2026-12-01T12:00:00Z",
             details="Print the newest alerts, oldest first, one JSON object per line: the "
-            "input hash, the first attempt kept and the attempt that disagreed with it.",
+            "input hash, the first attempt kept and the attempt that disagreed with it. "
+            "The alert stream is the source of truth: an alert the webhook could not deliver "
+            "is still listed here.",
         ),
     )
     add_store_option(parser)
@@ -30,17 +37,45 @@ def register(commands: Any) -> None:
         default=DEFAULT_LIMIT,
         help=f"newest N alerts (default {DEFAULT_LIMIT})",
     )
+    parser.add_argument(
+        "--since",
+        type=iso_time,
+        metavar="ISO8601",
+        help="only alerts raised at or after this time, e.g. 2026-12-01T12:00:00Z; no offset "
+        "means UTC (default: any time)",
+    )
     parser.set_defaults(handler=run)
+
+
+def iso_time(text: str) -> datetime:
+    """argparse type: an ISO 8601 date or time; one without an offset is taken as UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time: use e.g. 2026-12-01T12:00:00Z or 2026-12-01"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     with existing_store(args, settings) as store:
-        alerts = store.alerts(limit=args.limit)
-        kept = store.alert_count() if len(alerts) == args.limit else len(alerts)
+        if args.since is None:
+            alerts = store.alerts(limit=args.limit)
+            kept = store.alert_count() if len(alerts) == args.limit else len(alerts)
+        else:
+            # One more than asked says whether there are more, without counting them all.
+            alerts = store.alerts(limit=args.limit + 1, since=args.since)
+            kept = len(alerts)
+            alerts = alerts[-args.limit :]
     for alert in alerts:
         print(alert.model_dump_json())
     shown = f"alerts: {len(alerts)} nondeterminism alert(s)"
-    if kept > len(alerts):
+    if args.since is not None:
+        shown += f" raised since {args.since.isoformat()}"
+        if kept > len(alerts):
+            shown += f" (the newest {len(alerts)}; raise --limit to see more)"
+    elif kept > len(alerts):
         shown += f" (the newest {len(alerts)} of {kept} kept; raise --limit to see more)"
     print(shown, file=sys.stderr)
     return NONDETERMINISM if alerts else OK

@@ -50,6 +50,7 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             path,
             max_attempts_per_hash=settings.max_attempts_per_hash,
             ttl_seconds=settings.result_ttl_seconds,
+            dead_letter_max_bytes=settings.dead_letter_max_bytes,
         )
     if url.startswith(("redis://", "rediss://", "unix://")):
         from worker.settings import redis_db
@@ -67,6 +68,7 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             prefix=settings.key_prefix,
             max_attempts_per_hash=settings.max_attempts_per_hash,
             ttl_seconds=settings.result_ttl_seconds,
+            dead_letter_max_bytes=settings.dead_letter_max_bytes,
         )
     scheme, separator, _ = url.partition(":")
     if scheme == "sqlite":

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Iterator, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
 from typing import Protocol
 
@@ -21,16 +22,27 @@ class Recorded:
     A store may hand the first attempt over as the JSON it keeps; it is parsed when asked for.
     A hit's outcome is the attempt's own (that is what a hit is), so the worker asks only on a
     conflict, and a re-run of known inputs parses nothing it does not need.
+
+    `replayed` says that this write had already been recorded (a retry after a lost reply, or
+    a redelivery, under the same write id): the store wrote nothing this time and returns what
+    the first write found, alert included. It is not part of equality, which compares what was
+    recorded, so a replay equals the original; the caller must not raise its alert again.
     """
 
-    __slots__ = ("_first", "alert", "cache")
+    __slots__ = ("_first", "alert", "cache", "replayed")
 
     def __init__(
-        self, cache: CacheOutcome, first: Attempt | str | bytes, alert: Alert | None = None
+        self,
+        cache: CacheOutcome,
+        first: Attempt | str | bytes,
+        alert: Alert | None = None,
+        *,
+        replayed: bool = False,
     ) -> None:
         self.cache = cache
         self._first = first
         self.alert = alert
+        self.replayed = replayed
 
     @property
     def first(self) -> Attempt:
@@ -46,7 +58,10 @@ class Recorded:
     __hash__ = None  # type: ignore[assignment]  # equal by value, and not immutable
 
     def __repr__(self) -> str:
-        return f"Recorded(cache={self.cache!r}, first={self.first!r}, alert={self.alert!r})"
+        return (
+            f"Recorded(cache={self.cache!r}, first={self.first!r}, alert={self.alert!r},"
+            f" replayed={self.replayed!r})"
+        )
 
 
 class History(BaseModel):
@@ -62,7 +77,12 @@ class History(BaseModel):
 
 
 class DeadLetter(BaseModel):
-    """A message that could not be scored, kept whole with the error that rejected it."""
+    """A message that could not be scored, with the error that rejected it.
+
+    The stores keep at most EVIDENCE_DEAD_LETTER_MAX_BYTES of the body (see bounded()), so a
+    huge poison message cannot fill Redis; body_sha256 and body_bytes still identify the
+    whole body. Letters stored before these fields existed read with None and False.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -70,6 +90,54 @@ class DeadLetter(BaseModel):
     error: str
     body: str
     task_id: str | None = None
+    body_sha256: str | None = None  # hex SHA-256 of the whole body's UTF-8 bytes
+    body_bytes: int | None = None  # the whole body's size in UTF-8 bytes
+    truncated: bool = False  # True when `body` is only the first bytes of it
+
+    def bounded(self, max_bytes: int) -> DeadLetter:
+        """This letter with its body's digest and size, cut to at most `max_bytes` UTF-8
+        bytes at a character boundary. A letter that already has a digest keeps it: the
+        digest is of the body as received, not of a body cut before."""
+        data = self.body.encode("utf-8", "surrogatepass")
+        digest = self.body_sha256 or hashlib.sha256(data).hexdigest()
+        size = self.body_bytes if self.body_bytes is not None else len(data)
+        if len(data) <= max_bytes:
+            if (digest, size) == (self.body_sha256, self.body_bytes):
+                return self
+            return self.model_copy(update={"body_sha256": digest, "body_bytes": size})
+        cut = max_bytes
+        while cut > 0 and data[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte
+            cut -= 1
+        return self.model_copy(
+            update={
+                "body": data[:cut].decode("utf-8", "surrogatepass"),
+                "body_sha256": digest,
+                "body_bytes": size,
+                "truncated": True,
+            }
+        )
+
+
+# How far before `since` a store keeps reading alerts stored in arrival order: an alert is
+# appended just after it is raised, by the worker's clock, while a Redis stream ID is the
+# server's clock, so a worker clock running ahead puts an alert's ID before its raised_at.
+ALERT_CLOCK_MARGIN = timedelta(minutes=5)
+
+
+def newest_since(newest_first: Iterable[Alert], since: datetime, limit: int) -> list[Alert]:
+    """The first `limit` alerts raised at or after `since` from alerts in reverse arrival
+    order, returned oldest first; reading stops once arrival is past ALERT_CLOCK_MARGIN."""
+    found: list[Alert] = []
+    floor = since - ALERT_CLOCK_MARGIN
+    for alert in newest_first:
+        if len(found) >= limit:
+            break
+        if alert.raised_at >= since:
+            found.append(alert)
+        elif alert.raised_at < floor:
+            break
+    found.reverse()
+    return found
 
 
 def outcome_json(attempt: Attempt) -> str:
@@ -103,17 +171,31 @@ class OutcomeStore(Protocol):
     """First-writer-wins outcomes and the attempts behind them.
 
     record() is atomic: of several writers racing on one new hash exactly one sees `miss`.
-    A conflict's alert is appended to the alert log in the same transaction (SQLite) or in
-    the call right after (Redis, whose global stream cannot share a Cluster slot with the
-    hash's keys); a crash in between leaves the message unacknowledged, so its redelivery
-    conflicts again and raises the alert then.
+    The outcome, the attempt's entry and a conflict's alert are written in one transaction
+    (SQLite) or one script call (Redis), so no alert is lost or written without its attempt.
+
+    A write may carry a write id (worker.scoring.write_ids(): the task ID and the message's
+    position in it). The store keeps the write ids of at least the newest
+    max_attempts_per_hash attempts per hash, with the outcome and for as long; a write whose
+    id it finds there is a retry of a write that landed (the reply was lost, or the worker died
+    before the ack), so it writes nothing and returns the original Recorded, marked
+    `replayed`. Without an id (None) every write is a new attempt.
     """
 
-    def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded: ...
+    def record(
+        self, input_hash: str, attempt: Attempt, *, now: datetime, write_id: str | None = None
+    ) -> Recorded: ...
 
     def record_many(
-        self, items: Sequence[tuple[str, Attempt]], *, now: datetime
-    ) -> list[Recorded]: ...
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        *,
+        now: datetime,
+        write_ids: Sequence[str | None] | None = None,
+    ) -> list[Recorded]:
+        """record() each item in order, in one round trip; `write_ids`, when given, has one
+        id (or None) per item."""
+        ...
 
     def history(self, input_hash: str) -> History | None:
         """The first attempt and the newest attempts, each whole (as it was recorded)."""
@@ -129,8 +211,8 @@ class OutcomeStore(Protocol):
 class AuditTrail(Protocol):
     """What reviewers and the poison-message guard read: alerts, dead letters, delivery counts."""
 
-    def alerts(self, limit: int = 100) -> list[Alert]:
-        """The newest `limit` alerts, oldest first."""
+    def alerts(self, limit: int = 100, *, since: datetime | None = None) -> list[Alert]:
+        """The newest `limit` alerts (raised at or after `since`, when given), oldest first."""
         ...
 
     def alert_count(self) -> int:
@@ -138,7 +220,8 @@ class AuditTrail(Protocol):
         ...
 
     def dead_letter(self, *letters: DeadLetter) -> None:
-        """Keep each letter whole in a bounded list; one round trip however many there are."""
+        """Keep each letter, its body cut by DeadLetter.bounded(), in a bounded list; one
+        round trip however many there are."""
         ...
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]: ...

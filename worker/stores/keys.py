@@ -7,7 +7,14 @@ from __future__ import annotations
 
 def outcome_key(prefix: str, input_hash: str) -> str:
     """HASH: outcome (outcome_json() of the first attempt), first (the whole first attempt's
-    JSON), shared (its shared_json(); absent where an earlier version wrote the hash), total."""
+    JSON), shared (its shared_json(); absent where an earlier version wrote the hash), total,
+    and one field per recent write id, `w0:<id>` or `w1:<id>` (two generations of the attempt
+    bound each, see RECORD_LUA): what that write found, `miss`, `hit` or its alert's JSON.
+
+    The write ids sit in the outcome's own hash so that they expire with it and go with it
+    when a new first outcome starts a new history, and cost the script no key of their own.
+    RECORD_LUA reads the input hash back out of this key for an alert: it must stay the last
+    `{...}` before `:outcome`."""
     return f"{prefix}:{{{input_hash}}}:outcome"
 
 
@@ -22,7 +29,9 @@ def attempts_key(prefix: str, input_hash: str) -> str:
 
 
 def alerts_key(prefix: str) -> str:
-    """STREAM of nondeterminism alerts (field `alert`: the Alert JSON)."""
+    """STREAM of nondeterminism alerts (field `alert`: the Alert JSON), appended by RECORD_LUA
+    in the call that records the conflicting attempt (which is why the store is single-Redis:
+    this key has no hash tag, so it shares no Cluster slot with the hash's keys)."""
     return f"{prefix}:alerts"
 
 

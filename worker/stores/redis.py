@@ -1,4 +1,4 @@
-"""The shared store on Redis: one Lua script per attempt, pipelined per batch."""
+"""The shared store on Redis: one Lua script call per chunk of attempts, pipelined per batch."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ from typing import Any, TypeVar, cast
 
 import redis
 from pydantic import BaseModel
+from pydantic_core import to_json
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from contracts import Alert, Attempt
+from contracts.outcomes import CacheOutcome
 from worker.errors import ConfigurationError, TransientError
-from worker.settings import REDIS_URL_HINT, masked_url
+from worker.settings import DEAD_LETTER_MAX_BYTES, REDIS_URL_HINT, masked_url
 from worker.stores.attempts import Expander, script_args
-from worker.stores.base import DeadLetter, History, Recorded
+from worker.stores.base import ALERT_CLOCK_MARGIN, DeadLetter, History, Recorded, newest_since
 from worker.stores.keys import (
     alerts_key,
     attempts_key,
@@ -29,55 +31,113 @@ MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
 DELIVERY_COUNT_TTL_SECONDS = 86_400
 SCAN_BATCH = 500
+ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in time
 
-# KEYS: outcome hash and attempts list of each attempt in turn. ARGV: attempt bound, ttl
-# (0: none), then the script_args() of each attempt in turn: its case ID, task ID and time as
-# JSON values, outcome_json(), outcome_members(), shared_json(). Returns, per attempt,
-# {cache} on a miss, {cache, first attempt JSON} otherwise. Comparing the outcome strings inside
-# the script is what makes "first writer wins" atomic; attempts are recorded in order, so two
-# with one hash in a batch behave as if sent one after the other. Entries and the first attempt
-# are assembled exactly as entry() and whole() in worker/stores/attempts.py do.
-# A hash written before `shared` was kept has none: its entries keep their lists.
+# KEYS: the alert stream, then the outcome hash and attempts list of each attempt in turn.
+# ARGV: attempt bound, ttl (0: none), alert stream bound, the time as JSON (an alert's
+# raised_at), then per attempt its script_args() (case ID, task ID and time as JSON values,
+# outcome_json(), outcome_members(), shared_json()) and its write id ('' for none).
+# Returns, per attempt, {cache} on a miss, {cache, first attempt JSON} otherwise; for a write
+# id found in the hash, {cache, first attempt JSON, 'replayed'} and a conflict's alert JSON
+# after that: what that earlier write found, with nothing written now.
+# Comparing the outcome strings inside the script is what makes "first writer wins" atomic;
+# attempts are recorded in order, so two with one hash in a batch behave as if sent one after
+# the other. The outcome, the entry, the write id and a conflict's alert are written by one
+# call, so none is kept without the others: a script that cannot write (maxmemory) fails at
+# its first write, before any. Entries, the first attempt and an alert's observed attempt are
+# assembled exactly as entry() and whole() in worker/stores/attempts.py do; an alert is the
+# Alert JSON, its input hash read out of the outcome key (input hashes are hex digests).
+# A hash written before `shared` was kept has none: its entries keep their lists. One written
+# before write ids were kept has none either: every write to it is a new one.
+# Write ids (keys.outcome_key): attempt number n belongs to generation (n - 1) // bound, kept
+# as field prefix w0: or w1: by its parity; as a generation starts, the one two before it is
+# dropped, so the ids of at least the newest `bound` attempts are known.
 RECORD_LUA = """
 local bound, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local generation_size = math.max(bound, 1)
+local max_alerts, raised_at = ARGV[3], ARGV[4]
+local alerts_key = KEYS[1]
 local replies = {}
-for i = 1, #KEYS / 2 do
-  local outcome_key, attempts_key = KEYS[2 * i - 1], KEYS[2 * i]
-  local at = 2 + 6 * (i - 1)
+
+local function whole(case_id, task_id, recorded_at, outcome_members, shared)
+  return '{"case_id":' .. case_id .. ',"task_id":' .. task_id .. ',"recorded_at":'
+    .. recorded_at .. ',' .. outcome_members .. ',' .. shared .. '}'
+end
+
+local function forget(outcome_key, generation)
+  local prefix, stale = 'w' .. generation .. ':', {}
+  for _, field in ipairs(redis.call('HKEYS', outcome_key)) do
+    if string.sub(field, 1, 3) == prefix then stale[#stale + 1] = field end
+  end
+  for start = 1, #stale, 1000 do
+    redis.call('HDEL', outcome_key, unpack(stale, start, math.min(start + 999, #stale)))
+  end
+end
+
+for i = 1, (#KEYS - 1) / 2 do
+  local outcome_key, attempts_key = KEYS[2 * i], KEYS[2 * i + 1]
+  local at = 4 + 7 * (i - 1)
   local case_id, task_id, recorded_at = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local outcome, outcome_members, shared = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
-  local entry = '[' .. case_id .. ',' .. task_id .. ',' .. recorded_at
-  local first = redis.call('HMGET', outcome_key, 'outcome', 'shared')
-  local cache = 'miss'
-  if first[1] then
-    redis.call('HINCRBY', outcome_key, 'total', 1)
-    local differing = {}
-    if first[1] == outcome then
-      cache = 'hit'
+  local write = ARGV[at + 7]
+  local stored = redis.call('HMGET', outcome_key, 'outcome', 'shared', 'first', 'total',
+    'w0:' .. write, 'w1:' .. write)
+  local found = write ~= '' and (stored[5] or stored[6])
+  if found then
+    if found == 'miss' or found == 'hit' then
+      replies[i] = {found, stored[3], 'replayed'}
     else
-      cache = 'conflict'
-      differing[#differing + 1] = outcome_members
+      replies[i] = {'conflict', stored[3], 'replayed', found}
     end
-    if first[2] ~= shared then differing[#differing + 1] = shared end
-    if #differing > 0 then entry = entry .. ',{' .. table.concat(differing, ',') .. '}' end
   else
-    local whole = '{"case_id":' .. case_id .. ',"task_id":' .. task_id .. ',"recorded_at":'
-      .. recorded_at .. ',' .. outcome_members .. ',' .. shared .. '}'
-    redis.call('HSET', outcome_key, 'outcome', outcome, 'first', whole, 'shared', shared,
-      'total', 1)
-    -- a new first outcome (only possible after expiry) starts a new history
-    redis.call('DEL', attempts_key)
-  end
-  redis.call('RPUSH', attempts_key, entry .. ']')
-  redis.call('LTRIM', attempts_key, -bound, -1)
-  if cache == 'miss' then
-    if ttl > 0 then
+    local entry = '[' .. case_id .. ',' .. task_id .. ',' .. recorded_at
+    local cache = 'miss'
+    if stored[1] then
+      local number = (tonumber(stored[4]) or 0) + 1
+      local differing = {}
+      if stored[1] == outcome then
+        cache = 'hit'
+      else
+        cache = 'conflict'
+        differing[#differing + 1] = outcome_members
+      end
+      if stored[2] ~= shared then differing[#differing + 1] = shared end
+      if #differing > 0 then entry = entry .. ',{' .. table.concat(differing, ',') .. '}' end
+      local result = cache
+      if cache == 'conflict' then
+        result = '{"input_hash":"' .. string.match(outcome_key, '{([^{}]*)}:outcome$')
+          .. '","decision":"kept_first","first":' .. stored[3] .. ',"observed":'
+          .. whole(case_id, task_id, recorded_at, outcome_members, shared)
+          .. ',"raised_at":' .. raised_at .. '}'
+        redis.call('XADD', alerts_key, 'MAXLEN', '~', max_alerts, '*', 'alert', result)
+      end
+      if write == '' then
+        redis.call('HSET', outcome_key, 'total', number)
+      else
+        local generation = math.floor((number - 1) / generation_size) % 2
+        if (number - 1) % generation_size == 0 then forget(outcome_key, generation) end
+        redis.call('HSET', outcome_key, 'total', number, 'w' .. generation .. ':' .. write, result)
+      end
+      replies[i] = {cache, stored[3]}
+    else
+      local first = whole(case_id, task_id, recorded_at, outcome_members, shared)
+      if write == '' then
+        redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
+          'total', 1)
+      else
+        redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
+          'total', 1, 'w0:' .. write, 'miss')
+      end
+      -- a new first outcome (only possible after expiry) starts a new history
+      redis.call('DEL', attempts_key)
+      replies[i] = {cache}
+    end
+    redis.call('RPUSH', attempts_key, entry .. ']')
+    redis.call('LTRIM', attempts_key, -bound, -1)
+    if cache == 'miss' and ttl > 0 then
       redis.call('EXPIRE', outcome_key, ttl)
       redis.call('EXPIRE', attempts_key, ttl)
     end
-    replies[i] = {cache}
-  else
-    replies[i] = {cache, redis.call('HGET', outcome_key, 'first')}
   end
 end
 return replies
@@ -100,6 +160,7 @@ class RedisStore:
         max_attempts_per_hash: int = 100,
         ttl_seconds: int | None = None,
         name: str | None = None,
+        dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
     ) -> None:
         self.client = client
         # How messages name the store: its URL without the password.
@@ -107,6 +168,7 @@ class RedisStore:
         self.prefix = prefix
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl_seconds = ttl_seconds or 0
+        self.dead_letter_max_bytes = dead_letter_max_bytes
         self._record: Script = client.register_script(RECORD_LUA)
 
     @classmethod
@@ -135,6 +197,10 @@ class RedisStore:
             ) from None
         except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as error:
             raise TransientError(f"Redis unreachable: {error}") from error
+        except (redis.OutOfMemoryError, redis.ReadOnlyError) as error:
+            # Full (maxmemory, noeviction) or a replica after a failover: it takes writes
+            # again once memory is freed or a primary is back.
+            raise TransientError(f"Redis refuses writes for now: {error}") from error
         except redis.ResponseError as error:
             if "DB index is out of range" not in str(error):
                 raise
@@ -142,41 +208,59 @@ class RedisStore:
                 f"store {self.name}: the Redis server has no such database: {REDIS_URL_HINT}"
             ) from None
 
-    def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded:
-        return self.record_many([(input_hash, attempt)], now=now)[0]
+    def record(
+        self, input_hash: str, attempt: Attempt, *, now: datetime, write_id: str | None = None
+    ) -> Recorded:
+        return self.record_many([(input_hash, attempt)], now=now, write_ids=[write_id])[0]
 
-    def record_many(self, items: Sequence[tuple[str, Attempt]], *, now: datetime) -> list[Recorded]:
-        """One round trip for the batch; Redis runs the scripts in order, one at a time."""
+    def record_many(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        *,
+        now: datetime,
+        write_ids: Sequence[str | None] | None = None,
+    ) -> list[Recorded]:
+        """One round trip for the batch; Redis runs the scripts in order, one at a time, and
+        each writes its attempts' outcomes, entries, write ids and alerts together."""
         if not items:
             return []
+        ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
+        head: list[Any] = [
+            self.max_attempts_per_hash,
+            self.ttl_seconds,
+            MAX_ALERTS,
+            to_json(now).decode(),  # raised_at, as pydantic writes it in a whole Alert
+        ]
+        alerts = alerts_key(self.prefix)
         calls = []
         for start in range(0, len(items), ATTEMPTS_PER_CALL):
-            chunk = items[start : start + ATTEMPTS_PER_CALL]
-            keys: list[str] = []
-            args: list[Any] = [self.max_attempts_per_hash, self.ttl_seconds]
-            for input_hash, attempt in chunk:
+            end = start + ATTEMPTS_PER_CALL
+            keys: list[str] = [alerts]
+            args: list[Any] = list(head)
+            for (input_hash, attempt), write_id in zip(
+                items[start:end], ids[start:end], strict=True
+            ):
                 keys += (
                     outcome_key(self.prefix, input_hash),
                     attempts_key(self.prefix, input_hash),
                 )
                 args += script_args(attempt)
+                args.append(write_id or "")
             calls.append((keys, args))
         replies = [
             reply for chunk in self._call(lambda: self._run_scripts(calls)) for reply in chunk
         ]
-        results = [
+        return [
             self._recorded(input_hash, attempt, reply, now)
             for (input_hash, attempt), reply in zip(items, replies, strict=True)
         ]
-        alerts = [result.alert for result in results if result.alert is not None]
-        if alerts:
-            self._call(lambda: self._add_alerts(alerts))
-        return results
 
     def _run_scripts(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
         """EVALSHA each call in one pipeline. redis-py's Script in a pipeline would first ask
         SCRIPT EXISTS on every execute (a second round trip); we load only on NOSCRIPT and
-        re-run just the calls that failed, so no attempt is ever recorded twice.
+        re-run just the calls that failed, so no attempt is ever recorded twice. A call that
+        fails otherwise fails the batch, calls that ran included: a retry with the same write
+        ids finds theirs.
 
         One call records many attempts (one EVALSHA per attempt cost three times the client's
         CPU in `bench`), so the batch's keys span many Cluster slots: this store is for a
@@ -206,17 +290,19 @@ class RedisStore:
 
     @staticmethod
     def _recorded(input_hash: str, attempt: Attempt, reply: list[bytes], now: datetime) -> Recorded:
-        cache = reply[0].decode()
+        cache = cast("CacheOutcome", reply[0].decode())
+        if len(reply) > 2:  # this write id was recorded before: what that write found
+            alert = Alert.model_validate_json(reply[3]) if cache == "conflict" else None
+            first = reply[1] if alert is None else alert.first
+            return Recorded(cache=cache, first=first, alert=alert, replayed=True)
         if cache == "miss":
             return Recorded(cache="miss", first=attempt)
         if cache == "hit":
             return Recorded(cache="hit", first=reply[1])
+        # The script appended this very alert to the stream; built here rather than parsed back.
         first = Attempt.model_validate_json(reply[1])
         alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
         return Recorded(cache="conflict", first=first, alert=alert)
-
-    def _add_alerts(self, alerts: Sequence[Alert]) -> None:
-        self._append(alerts_key(self.prefix), "alert", alerts, maxlen=MAX_ALERTS)
 
     def _append(self, key: str, field: str, entries: Sequence[BaseModel], *, maxlen: int) -> None:
         """XADD each entry's JSON to a bounded stream, in order, in one round trip."""
@@ -247,25 +333,26 @@ class RedisStore:
                     )
 
     def history(self, input_hash: str) -> History | None:
-        def run() -> tuple[dict[bytes, bytes], list[bytes], int]:
+        def run() -> tuple[list[bytes | None], list[bytes], int]:
             pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(outcome_key(self.prefix, input_hash))
+            # Not HGETALL: the hash also holds the recent write ids.
+            pipe.hmget(outcome_key(self.prefix, input_hash), ["first", "total"])
             pipe.lrange(attempts_key(self.prefix, input_hash), 0, -1)
             pipe.pttl(outcome_key(self.prefix, input_hash))
             fields, attempts, ttl_ms = pipe.execute()
             return fields, attempts, ttl_ms
 
-        fields, attempts, ttl_ms = self._call(run)
-        if not fields:
+        (first_json, total), attempts, ttl_ms = self._call(run)
+        if first_json is None or total is None:
             return None
         # PTTL is -1 for a key kept forever; report expiry as the SQLite store does.
         expires_at = datetime.now(UTC) + timedelta(milliseconds=ttl_ms) if ttl_ms > 0 else None
-        first = Attempt.model_validate_json(fields[b"first"])
+        first = Attempt.model_validate_json(first_json)
         return History(
             input_hash=input_hash,
             first=first,
             attempts=Expander(first).attempts(attempts),
-            total_attempts=int(fields[b"total"]),
+            total_attempts=int(total),
             expires_at=expires_at,
         )
 
@@ -279,20 +366,42 @@ class RedisStore:
         )
         return [fields[field] for _, fields in reversed(entries)]
 
-    def alerts(self, limit: int = 100) -> list[Alert]:
+    def alerts(self, limit: int = 100, *, since: datetime | None = None) -> list[Alert]:
+        if since is not None:
+            return newest_since(self._alerts_back_to(since), since, limit)
         return [
             Alert.model_validate_json(text)
             for text in self._newest(alerts_key(self.prefix), b"alert", limit)
         ]
+
+    def _alerts_back_to(self, since: datetime) -> Iterator[Alert]:
+        """Alerts newest first, a page per round trip, down to the stream ID of `since` less
+        the clock margin (an ID's first part is the server's time in milliseconds)."""
+        floor_ms = max(int((since - ALERT_CLOCK_MARGIN).timestamp() * 1000), 0)
+        newest = "+"
+        while True:
+
+            def fetch(newest: str = newest) -> Any:
+                return self.client.xrevrange(
+                    alerts_key(self.prefix), max=newest, min=f"{floor_ms}-0", count=ALERT_PAGE
+                )
+
+            page = cast("list[tuple[bytes, dict[bytes, bytes]]]", self._call(fetch))
+            for _, fields in page:
+                yield Alert.model_validate_json(fields[b"alert"])
+            if len(page) < ALERT_PAGE:
+                return
+            newest = f"({page[-1][0].decode()}"
 
     def alert_count(self) -> int:
         return int(self._call(lambda: self.client.xlen(alerts_key(self.prefix))))
 
     def dead_letter(self, *letters: DeadLetter) -> None:
         if letters:
+            bounded = [letter.bounded(self.dead_letter_max_bytes) for letter in letters]
             self._call(
                 lambda: self._append(
-                    dead_letters_key(self.prefix), "letter", letters, maxlen=MAX_DEAD_LETTERS
+                    dead_letters_key(self.prefix), "letter", bounded, maxlen=MAX_DEAD_LETTERS
                 )
             )
 

@@ -11,12 +11,21 @@ from pathlib import Path
 
 from contracts import Alert, Attempt
 from worker.errors import ConfigurationError
+from worker.settings import DEAD_LETTER_MAX_BYTES
 from worker.stores.attempts import Expander, entry, same_shared_fields, shared_json, whole
-from worker.stores.base import DeadLetter, History, Recorded, classify, outcome_json
+from worker.stores.base import (
+    DeadLetter,
+    History,
+    Recorded,
+    classify,
+    newest_since,
+    outcome_json,
+)
 
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
-# keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry.
-SCHEMA_VERSION = 1
+# keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry;
+# version 2 adds `writes` (an empty table for a file of version 1: every write to it is new).
+SCHEMA_VERSION = 2
 SCHEMA = (
     # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
     # is compared without parsing the first; NULL in rows migrated from version 0.
@@ -41,6 +50,15 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS dead_letters (
         id INTEGER PRIMARY KEY AUTOINCREMENT, letter TEXT NOT NULL
     )""",
+    # The write ids of an outcome's newest attempts (OutcomeStore): number is the attempt's
+    # (its total_attempts then), found what that write found: miss, hit or its alert's JSON.
+    """CREATE TABLE IF NOT EXISTS writes (
+        outcome_id INTEGER NOT NULL,
+        write_id TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        found TEXT NOT NULL,
+        PRIMARY KEY (outcome_id, write_id)
+    ) WITHOUT ROWID""",
 )
 # From version 0: the same rows, attempts re-keyed; their whole-attempt entries read as before.
 MIGRATE_FROM_0 = (
@@ -59,7 +77,10 @@ MIGRATE_FROM_0 = (
 
 MAX_ALERTS = 10_000
 OUTCOMES_PER_READ = 500  # hashes per SELECT ... IN (...), well below SQLite's variable limit
+WRITES_PER_READ = 250  # (outcome, write id) pairs per SELECT: two variables each
 MAX_DEAD_LETTERS = 10_000
+ALERT_PAGE = 500  # alerts per SELECT while `alerts --since` reads back in time
+MAX_ROWID = 2**63 - 1
 
 
 def _enable_wal(db: sqlite3.Connection, timeout_seconds: float) -> None:
@@ -100,6 +121,16 @@ class _Outcome:
         return self.first
 
 
+def _replayed(outcome: _Outcome, found: str) -> Recorded:
+    """The Recorded of a write kept under `outcome` that found `found` (a write id's row)."""
+    if found == "miss":
+        return Recorded(cache="miss", first=outcome.first, replayed=True)
+    if found == "hit":
+        return Recorded(cache="hit", first=outcome.first, replayed=True)
+    alert = Alert.model_validate_json(found)
+    return Recorded(cache="conflict", first=alert.first, alert=alert, replayed=True)
+
+
 class SQLiteStore:
     """ResultStore over one SQLite file; every record() is one IMMEDIATE transaction."""
 
@@ -110,8 +141,10 @@ class SQLiteStore:
         max_attempts_per_hash: int = 100,
         ttl_seconds: int | None = None,
         busy_timeout_seconds: float = 30.0,
+        dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
     ) -> None:
         self.path = Path(path)
+        self.dead_letter_max_bytes = dead_letter_max_bytes
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
         try:
@@ -160,29 +193,51 @@ class SQLiteStore:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
         return "input_hash" in columns
 
-    def record(self, input_hash: str, attempt: Attempt, *, now: datetime) -> Recorded:
-        return self.record_many([(input_hash, attempt)], now=now)[0]
+    def record(
+        self, input_hash: str, attempt: Attempt, *, now: datetime, write_id: str | None = None
+    ) -> Recorded:
+        return self.record_many([(input_hash, attempt)], now=now, write_ids=[write_id])[0]
 
-    def record_many(self, items: Sequence[tuple[str, Attempt]], *, now: datetime) -> list[Recorded]:
+    def record_many(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        *,
+        now: datetime,
+        write_ids: Sequence[str | None] | None = None,
+    ) -> list[Recorded]:
         """Record in order, in one transaction: a repeated hash sees the earlier item as first.
 
-        The batch's outcomes are read in a few statements and their counts, entries and alerts
-        written in a few more after the loop: the same rows as one by one, in fewer statements.
+        The batch's outcomes and write ids are read in a few statements and their counts,
+        entries, write ids and alerts written in a few more after the loop: the same rows as
+        one by one, in fewer statements. A write id already kept under its outcome (a retry
+        of a transaction that committed) writes nothing and returns what that write found.
         """
+        ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
         expires_at = (now + self.ttl).isoformat() if self.ttl else None
         results: list[Recorded] = []
         entries: list[tuple[int, str]] = []
+        writes: list[tuple[int, str, int, str]] = []
+        alerts: list[str] = []
         counted: set[int] = set()
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
             outcomes = self._outcomes({input_hash for input_hash, _ in items})
-            for input_hash, attempt in items:
+            known = self._writes(
+                {
+                    (outcomes[input_hash].id, write_id)
+                    for (input_hash, _), write_id in zip(items, ids, strict=True)
+                    if write_id and input_hash in outcomes
+                }
+            )
+            for (input_hash, attempt), write_id in zip(items, ids, strict=True):
                 outcome = outcomes.get(input_hash)
                 if outcome is not None and outcome.expired(now):
                     # A new first outcome starts a new history. No entry of the old one is
                     # pending: an earlier item under this hash would have restarted it already.
                     db.execute("DELETE FROM attempts WHERE outcome_id = ?", (outcome.id,))
+                    db.execute("DELETE FROM writes WHERE outcome_id = ?", (outcome.id,))
+                    known = {key: found for key, found in known.items() if key[0] != outcome.id}
                     outcome = outcomes[input_hash] = _Outcome.new(outcome.id, attempt, expires_at)
                     db.execute(
                         "UPDATE outcomes SET first_attempt = ?, total_attempts = 1,"
@@ -203,17 +258,32 @@ class SQLiteStore:
                         ),
                     ).fetchone()
                     outcome = outcomes[input_hash] = _Outcome.new(outcome_id, attempt, expires_at)
+                elif write_id and (found := known.get((outcome.id, write_id))) is not None:
+                    results.append(_replayed(outcome, found))
+                    continue
                 else:
                     outcome.total += 1
                     counted.add(outcome.id)
-                    results.append(self._compare(input_hash, outcome, attempt, entries, now))
+                    result = self._compare(input_hash, outcome, attempt, entries, now)
+                    results.append(result)
+                    found = result.cache
+                    if result.alert is not None:
+                        found = result.alert.model_dump_json()
+                        alerts.append(found)
+                    if write_id:
+                        known[outcome.id, write_id] = found
+                        writes.append((outcome.id, write_id, outcome.total, found))
                     continue
                 results.append(Recorded(cache="miss", first=attempt))
                 entries.append((outcome.id, entry(attempt, same_outcome=True, same_shared=True)))
+                if write_id:
+                    known[outcome.id, write_id] = "miss"
+                    writes.append((outcome.id, write_id, 1, "miss"))
             self._store(
                 entries,
                 [(o.total, o.id) for o in outcomes.values() if o.id in counted],
-                [r.alert for r in results if r.alert is not None],
+                writes,
+                alerts,
             )
             db.execute("COMMIT")
         except BaseException:
@@ -234,6 +304,26 @@ class SQLiteStore:
             )
             for input_hash, *fields in rows:
                 found[input_hash] = _Outcome(*fields)
+        return found
+
+    def _writes(self, wanted: set[tuple[int, str]]) -> dict[tuple[int, str], str]:
+        """What each of these (outcome id, write id) pairs found, for those that are kept.
+
+        CROSS JOIN keeps SQLite from scanning `writes`: it looks each pair up by primary key.
+        """
+        found: dict[tuple[int, str], str] = {}
+        ordered = sorted(wanted)
+        for start in range(0, len(ordered), WRITES_PER_READ):
+            chunk = ordered[start : start + WRITES_PER_READ]
+            pairs = ",".join(["(?, ?)"] * len(chunk))
+            rows = self._db.execute(
+                f"WITH wanted (outcome_id, write_id) AS (VALUES {pairs})"
+                " SELECT w.outcome_id, w.write_id, w.found FROM wanted CROSS JOIN writes AS w"
+                " ON w.outcome_id = wanted.outcome_id AND w.write_id = wanted.write_id",
+                [value for pair in chunk for value in pair],
+            )
+            for outcome_id, write_id, text in rows:
+                found[outcome_id, write_id] = text
         return found
 
     @staticmethod
@@ -262,26 +352,36 @@ class SQLiteStore:
         return Recorded(cache="conflict", first=first, alert=alert)
 
     def _store(
-        self, entries: list[tuple[int, str]], totals: list[tuple[int, int]], alerts: list[Alert]
+        self,
+        entries: list[tuple[int, str]],
+        totals: list[tuple[int, int]],
+        writes: list[tuple[int, str, int, str]],
+        alerts: list[str],
     ) -> None:
         db = self._db
         db.executemany("UPDATE outcomes SET total_attempts = ? WHERE id = ?", totals)
         db.executemany("INSERT INTO attempts (outcome_id, attempt) VALUES (?, ?)", entries)
-        # Bounded per hash: the newest attempts stay; the first is also kept in `outcomes`.
-        # A hash never recorded more often than the bound has nothing to trim.
+        db.executemany(
+            "INSERT INTO writes (outcome_id, write_id, number, found) VALUES (?, ?, ?, ?)", writes
+        )
+        # Bounded per hash: the newest attempts and their write ids stay; the first is also
+        # kept in `outcomes`. A hash never recorded more often than the bound has nothing to trim.
+        over = [
+            (outcome_id, total)
+            for total, outcome_id in totals
+            if total > self.max_attempts_per_hash
+        ]
         db.executemany(
             "DELETE FROM attempts WHERE outcome_id = ? AND id <= (SELECT id FROM attempts"
             " WHERE outcome_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
-            [
-                (outcome_id, outcome_id, self.max_attempts_per_hash)
-                for total, outcome_id in totals
-                if total > self.max_attempts_per_hash
-            ],
+            [(outcome_id, outcome_id, self.max_attempts_per_hash) for outcome_id, _ in over],
+        )
+        db.executemany(
+            "DELETE FROM writes WHERE outcome_id = ? AND number <= ?",
+            [(outcome_id, total - self.max_attempts_per_hash) for outcome_id, total in over],
         )
         if alerts:
-            db.executemany(
-                "INSERT INTO alerts (alert) VALUES (?)", [(a.model_dump_json(),) for a in alerts]
-            )
+            db.executemany("INSERT INTO alerts (alert) VALUES (?)", [(a,) for a in alerts])
             db.execute(
                 "DELETE FROM alerts WHERE id <= (SELECT MAX(id) FROM alerts) - ?", (MAX_ALERTS,)
             )
@@ -311,12 +411,28 @@ class SQLiteStore:
             expires_at=datetime.fromisoformat(row[3]) if row[3] else None,
         )
 
-    def alerts(self, limit: int = 100) -> list[Alert]:
+    def alerts(self, limit: int = 100, *, since: datetime | None = None) -> list[Alert]:
+        if since is not None:
+            return newest_since(self._alerts_newest_first(), since, limit)
         rows = self._db.execute(
             "SELECT alert FROM (SELECT id, alert FROM alerts ORDER BY id DESC LIMIT ?) ORDER BY id",
             (max(limit, 0),),  # SQLite reads a negative LIMIT as "no limit"
         )
         return [Alert.model_validate_json(text) for (text,) in rows]
+
+    def _alerts_newest_first(self) -> Iterator[Alert]:
+        """Every alert in reverse arrival order, read a page at a time as the caller goes."""
+        up_to = MAX_ROWID
+        while True:
+            rows = self._db.execute(
+                "SELECT id, alert FROM alerts WHERE id <= ? ORDER BY id DESC LIMIT ?",
+                (up_to, ALERT_PAGE),
+            ).fetchall()
+            for row_id, text in rows:
+                up_to = row_id - 1
+                yield Alert.model_validate_json(text)
+            if len(rows) < ALERT_PAGE:
+                return
 
     def alert_count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM alerts").fetchone()[0])
@@ -327,7 +443,7 @@ class SQLiteStore:
         self._db.execute("BEGIN IMMEDIATE")
         self._db.executemany(
             "INSERT INTO dead_letters (letter) VALUES (?)",
-            [(letter.model_dump_json(),) for letter in letters],
+            [(letter.bounded(self.dead_letter_max_bytes).model_dump_json(),) for letter in letters],
         )
         self._db.execute(
             "DELETE FROM dead_letters WHERE id <= (SELECT MAX(id) FROM dead_letters) - ?",

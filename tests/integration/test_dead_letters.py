@@ -1,0 +1,142 @@
+"""Dead letters on every store: a bounded body with its digest and size, a 100 MB body kept
+as 64 KiB in a real Redis, and letters written before the bound still read back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from tests.conftest import FIXED_NOW
+from tests.integration.test_stores import StoreFactory, store_factory
+from worker.settings import DEAD_LETTER_MAX_BYTES
+from worker.stores import DeadLetter, ResultStore
+from worker.stores.keys import dead_letters_key
+from worker.stores.redis import RedisStore
+from worker.stores.sqlite import SQLiteStore
+
+HUNDRED_MB = 100 * 1024 * 1024
+OLD_LETTER = {
+    "received_at": "2026-12-01T12:00:00Z",
+    "error": "schema: bogus: Extra inputs are not permitted",
+    "body": '{"case_id": "junk-old", "bogus": "é"}',
+    "task_id": "task-old",
+}
+
+
+@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """Every store kind in turn, built with keyword options."""
+    with store_factory(request.param, request, tmp_path) as make:
+        yield make
+
+
+def letter(body: str) -> DeadLetter:
+    return DeadLetter(received_at=FIXED_NOW, error="schema: bogus", body=body, task_id="task-1")
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_a_body_within_the_bound_is_kept_whole_with_its_digest_and_size(
+    make_store: StoreFactory,
+) -> None:
+    """Under the bound: the body as given, its SHA-256 and byte count, not truncated."""
+    store = make_store(dead_letter_max_bytes=64)
+    body = '{"case_id": "junk", "bogus": "é"}'
+
+    store.dead_letter(letter(body))
+
+    assert store.dead_letters() == [
+        letter(body).model_copy(update={"body_sha256": digest(body), "body_bytes": 34})
+    ]
+
+
+def test_a_body_over_the_bound_is_cut_at_a_character_boundary(make_store: StoreFactory) -> None:
+    """A 16-byte bound through "€" (bytes 15 to 17): the first 14 bytes are kept."""
+    store = make_store(dead_letter_max_bytes=16)
+    body = "abcdefghijklmn€ and more"
+
+    store.dead_letter(letter(body))
+
+    (stored,) = store.dead_letters()
+    assert (stored.body, stored.body_bytes, stored.truncated, stored.body_sha256) == (
+        "abcdefghijklmn",
+        26,
+        True,
+        digest(body),
+    )
+
+
+def test_each_letter_of_a_batch_is_bounded(make_store: StoreFactory) -> None:
+    """dead_letter(a, b) bounds each letter on its own."""
+    store = make_store(dead_letter_max_bytes=4)
+
+    store.dead_letter(letter("abc"), letter("abcdef"))
+
+    assert [(each.body, each.body_bytes, each.truncated) for each in store.dead_letters()] == [
+        ("abc", 3, False),
+        ("abcd", 6, True),
+    ]
+
+
+def write_old_letter(store: ResultStore) -> None:
+    """Store OLD_LETTER as the stores wrote letters before the bound: no digest, no size."""
+    text = json.dumps(OLD_LETTER)
+    if isinstance(store, RedisStore):
+        store.client.xadd(dead_letters_key(store.prefix), {"letter": text})
+    else:
+        assert isinstance(store, SQLiteStore)
+        store._db.execute("INSERT INTO dead_letters (letter) VALUES (?)", (text,))
+
+
+def test_a_letter_written_before_the_bound_reads_with_no_digest(make_store: StoreFactory) -> None:
+    """An old letter's JSON reads back as it was, beside a new one that has its digest."""
+    store = make_store()
+    write_old_letter(store)
+    store.dead_letter(letter("new"))
+
+    assert store.dead_letters() == [
+        DeadLetter(
+            received_at=FIXED_NOW,
+            error=OLD_LETTER["error"],
+            body=OLD_LETTER["body"],
+            task_id="task-old",
+            body_sha256=None,
+            body_bytes=None,
+            truncated=False,
+        ),
+        letter("new").model_copy(update={"body_sha256": digest("new"), "body_bytes": 3}),
+    ]
+
+
+def test_a_100_mb_body_sits_in_a_real_redis_as_64_kib(redis_url: str, key_prefix: str) -> None:
+    """The stream entry Redis holds is the bounded letter: 64 KiB of body plus the rest."""
+    store = RedisStore.from_url(redis_url, prefix=key_prefix)
+    body = "z" * HUNDRED_MB
+    try:
+        store.dead_letter(letter(body))
+
+        (stored,) = store.dead_letters()
+        entries = cast(
+            "list[tuple[bytes, dict[bytes, bytes]]]",
+            store.client.xrange(dead_letters_key(key_prefix)),
+        )
+        ((_, fields),) = entries
+        memory = store.client.memory_usage(dead_letters_key(key_prefix))
+    finally:
+        store.close()
+    assert (stored.body, stored.body_bytes, stored.truncated, stored.body_sha256) == (
+        "z" * DEAD_LETTER_MAX_BYTES,
+        HUNDRED_MB,
+        True,
+        digest(body),
+    )
+    assert DEAD_LETTER_MAX_BYTES < len(fields[b"letter"]) < DEAD_LETTER_MAX_BYTES + 1024
+    assert memory is not None
+    assert memory < 2 * DEAD_LETTER_MAX_BYTES

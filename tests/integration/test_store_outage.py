@@ -1,0 +1,180 @@
+"""A store that goes away, or fills up, never costs a message: every published case ends
+recorded exactly once when the store is back, and the wait is visible meanwhile.
+
+The store is a redis-server of the test's own (on a free port); the broker stays up on the
+shared Redis, so what is exercised is the store's outage alone. Windows and timeouts are
+short versions of the defaults (a 3 s wait inside the task instead of 240 s) that take the
+same paths: the task waits, hands its message back unacknowledged, and scores it later.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from contracts.records import SCORED
+from tests.integration import worker_harness
+from tests.integration.worker_harness import (
+    RedisServer,
+    Worker,
+    check_first_outcomes,
+    free_port,
+    send_scores,
+)
+from worker.stores.redis import RedisStore
+
+start_worker = worker_harness.start_worker
+publisher = worker_harness.publisher
+queue = worker_harness.queue
+
+MessageFactory = Callable[..., dict[str, Any]]
+OUTAGE_ENV = {
+    "EVIDENCE_VISIBILITY_TIMEOUT_SECONDS": "10",
+    "EVIDENCE_STORE_RETRY_WINDOW_SECONDS": "3",
+}
+MESSAGES = 60
+
+
+def distinct(message_dict: MessageFactory, tag: str, count: int) -> list[dict[str, Any]]:
+    return [
+        message_dict(case_id=f"{tag}-{n:03d}", answer=f"Returns within 30 days. [{tag} {n}]")
+        for n in range(count)
+    ]
+
+
+@pytest.fixture
+def store_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(port=free_port(), directory=tmp_path)
+    server.start()
+    yield server
+    server.kill()
+
+
+def scored_once_each(worker: Worker, messages: list[dict[str, Any]], timeout: float) -> None:
+    wanted = {message["case_id"] for message in messages}
+    worker.wait_until(
+        lambda lines: (
+            wanted <= {line.get("case_id") for line in lines if line.get("event") == SCORED}
+        ),
+        timeout=timeout,
+        what=f"all {len(wanted)} messages scored",
+    )
+
+
+def account(
+    worker: Worker, store_url: str, key_prefix: str, messages: list[dict[str, Any]]
+) -> None:
+    """Every published case: one scored record, a miss, the first outcome stored once; no
+    rejection, no alert, no dead letter."""
+    records = [line for line in worker.records() if line.get("case_id", "").startswith("outage")]
+    by_case: dict[str, list[str]] = {}
+    for record in records:
+        by_case.setdefault(record["case_id"], []).append(f"{record['event']}/{record['cache']}")
+    assert by_case == {message["case_id"]: [f"{SCORED}/miss"] for message in messages}
+    store = RedisStore.from_url(store_url, prefix=key_prefix)
+    try:
+        histories = check_first_outcomes(store, messages, records)
+        assert sorted(h.total_attempts for h in histories.values()) == [1] * len(messages)
+        assert store.alerts() == []
+        assert store.dead_letters() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_a_store_outage_longer_than_the_wait_loses_nothing(
+    start_worker: Callable[..., Worker],
+    store_server: RedisServer,
+    publisher: Callable[..., Celery],
+    queue: str,
+    key_prefix: str,
+    message_dict: MessageFactory,
+) -> None:
+    """Store killed, messages published, store back after two wait windows: all recorded once,
+    and the WARNING lines named the waiting cases meanwhile."""
+    messages = distinct(message_dict, "outage", MESSAGES)
+    worker = start_worker(queue, store_url=store_server.url, env=OUTAGE_ENV)
+    worker.wait_ready()
+
+    store_server.kill()
+    send_scores(publisher(), queue, messages)
+    worker.wait_until(
+        lambda lines: any(line.get("event") == "evidence_coverage.requeued" for line in lines),
+        timeout=60,
+        what="a message handed back to the broker",
+    )
+    time.sleep(3)
+    store_server.start()
+    scored_once_each(worker, messages, timeout=120)
+
+    waiting = worker.events("evidence_coverage.store_unavailable")
+    named = {case for line in waiting for case in line.get("case_ids") or []}
+    assert waiting
+    assert named <= {message["case_id"] for message in messages}
+    assert all(line["level"] == "warning" for line in waiting)
+    assert worker.alive()
+    account(worker, store_server.url, key_prefix, messages)
+
+
+@pytest.fixture
+def full_store(tmp_path: Path) -> Iterator[RedisServer]:
+    """A store at maxmemory with noeviction: it refuses every write until memory is freed."""
+    server = RedisServer(
+        port=free_port(),
+        directory=tmp_path,
+        options=("--maxmemory", "4mb", "--maxmemory-policy", "noeviction"),
+    )
+    server.start()
+    client = redis.Redis(port=server.port)
+    try:
+        with pytest.raises(redis.OutOfMemoryError):  # noqa: PT012 - fill until refused
+            for n in range(10_000):
+                client.set(f"ballast:{n}", b"x" * 4096)
+    finally:
+        client.close()
+    yield server
+    server.kill()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_a_store_at_maxmemory_keeps_every_message_until_it_takes_writes(
+    start_worker: Callable[..., Worker],
+    full_store: RedisServer,
+    publisher: Callable[..., Celery],
+    queue: str,
+    key_prefix: str,
+    message_dict: MessageFactory,
+) -> None:
+    """OutOfMemoryError is waited out like an outage, never acked: once memory is freed,
+    every message is recorded exactly once."""
+    messages = distinct(message_dict, "outage-oom", MESSAGES)
+    worker = start_worker(queue, store_url=full_store.url, env=OUTAGE_ENV)
+    worker.wait_ready()
+
+    send_scores(publisher(), queue, messages)
+    worker.wait_until(
+        lambda lines: any(
+            "refuses writes" in str(line.get("problem"))
+            for line in lines
+            if line.get("event") == "evidence_coverage.store_unavailable"
+        ),
+        timeout=60,
+        what="the worker to wait for a full store",
+    )
+    assert worker.events(SCORED) == []
+    client = redis.Redis(port=full_store.port)
+    try:
+        client.config_set("maxmemory", 0)
+    finally:
+        client.close()
+    scored_once_each(worker, messages, timeout=120)
+
+    account(worker, full_store.url, key_prefix, messages)

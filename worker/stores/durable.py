@@ -1,0 +1,123 @@
+"""A store that waits out an outage instead of giving a message up.
+
+Each write (record, dead letter, delivery count) is retried while the store is unavailable,
+with exponential backoff capped at a maximum and jittered, for up to a window; then the
+TransientError goes up, and the task hands its message back to the broker unacknowledged.
+Reads are not retried: a reader (`show`, the canary) should hear at once that the store is
+away. Written by hand rather than with a retry library: the loop is a dozen lines, and what
+matters here is what it reports on every wait (a WARNING line with the case IDs, a gauge),
+which the callbacks below do.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from contracts import Alert, Attempt
+from worker.errors import TransientError
+from worker.stores.base import DeadLetter, History, Recorded, ResultStore
+
+T = TypeVar("T")
+
+FIRST_DELAY_SECONDS = 0.5
+MAX_DELAY_SECONDS = 10.0
+
+# False inside `impatient()`: the consumer, in the worker's event loop, must never sleep.
+_patient: ContextVar[bool] = ContextVar("patient", default=True)
+
+
+@contextmanager
+def impatient() -> Iterator[None]:
+    """Within this block, writes fail at once while the store is unavailable."""
+    token = _patient.set(False)
+    try:
+        yield
+    finally:
+        _patient.reset(token)
+
+
+def backoff(attempt: int, *, rng: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before retry number `attempt` (1-based): doubling from the first delay,
+    capped, and jittered down by up to half so that workers do not retry in step."""
+    delay: float = min(FIRST_DELAY_SECONDS * 2.0 ** (attempt - 1), MAX_DELAY_SECONDS)
+    return delay * (1 - rng() / 2)
+
+
+class DurableStore:
+    """ResultStore around another: its writes wait out an outage for up to `window_seconds`."""
+
+    def __init__(
+        self,
+        store: ResultStore,
+        *,
+        window_seconds: float,
+        on_wait: Callable[[TransientError, int, float], None] = lambda *_: None,
+        on_recovered: Callable[[], None] = lambda: None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.inner = store
+        self.window_seconds = window_seconds
+        self._on_wait = on_wait
+        self._on_recovered = on_recovered
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng
+
+    def _write(self, operation: Callable[[], T]) -> T:
+        deadline = self._clock() + self.window_seconds
+        attempt = 0
+        while True:
+            try:
+                result = operation()
+            except TransientError as error:
+                attempt += 1
+                delay = backoff(attempt, rng=self._rng)
+                if not _patient.get() or self._clock() + delay > deadline:
+                    raise
+                self._on_wait(error, attempt, delay)
+                self._sleep(delay)
+                continue
+            if attempt:
+                self._on_recovered()
+            return result
+
+    # Writes: retried while the store is unavailable.
+
+    def record(self, *args: Any, **kwargs: Any) -> Recorded:
+        return self._write(lambda: self.inner.record(*args, **kwargs))
+
+    def record_many(self, *args: Any, **kwargs: Any) -> list[Recorded]:
+        return self._write(lambda: self.inner.record_many(*args, **kwargs))
+
+    def dead_letter(self, *letters: DeadLetter) -> None:
+        self._write(lambda: self.inner.dead_letter(*letters))
+
+    def count_delivery(self, task_id: str) -> int:
+        return self._write(lambda: self.inner.count_delivery(task_id))
+
+    # Reads: as the store answers them.
+
+    def history(self, *args: Any, **kwargs: Any) -> History | None:
+        return self.inner.history(*args, **kwargs)
+
+    def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
+        return self.inner.first_outcomes()
+
+    def alerts(self, *args: Any, **kwargs: Any) -> list[Alert]:
+        return self.inner.alerts(*args, **kwargs)
+
+    def alert_count(self) -> int:
+        return self.inner.alert_count()
+
+    def dead_letters(self, *args: Any, **kwargs: Any) -> list[DeadLetter]:
+        return self.inner.dead_letters(*args, **kwargs)
+
+    def close(self) -> None:
+        self.inner.close()
