@@ -10,6 +10,7 @@ consumer reach both through it, and nothing here imports them.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,6 +27,15 @@ CONFIGURATION_EXIT_CODE = 2  # as the command line's configuration errors
 # kombu sweeps the unacked index this often; with throttle 1 a killed worker's messages are
 # back on the queue within visibility_timeout + this, well inside the +30 s we promise.
 UNACKED_RESTORE_INTERVAL_SECONDS = 5
+REDIS_SCHEMES = ("redis://", "rediss://", "sentinel://")
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
+# Probe an idle broker connection after 30 s, every 10 s, and give up after 3 misses:
+# a vanished peer is noticed in about a minute (Linux' defaults take over two hours).
+TCP_KEEPALIVE_OPTIONS: dict[int, int] = {
+    option: value
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+    if (option := getattr(socket, name, None)) is not None
+}
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -40,6 +50,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # encoding, so base64 ones from other publishers are still read.
         "body_encoding": "utf-8",
     }
+    if settings.broker_url.startswith(REDIS_SCHEMES):
+        transport_options.update(redis_connection_options(settings))
     config: dict[str, Any] = {
         "broker_url": settings.broker_url,
         # JSON only, never pickle: a message is data, not code.
@@ -78,10 +90,65 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # our short tasks (worker/pool.py). `--pool solo` on the command line still wins.
         "worker_pool": "worker.pool:PrefetchingTaskPool",
     }
+    if settings.broker_url.startswith(AMQP_SCHEMES):
+        config.update(amqp_config(transport_options))
     broker_ssl = broker_tls_options(settings)
     if broker_ssl is not None:
         config["broker_use_ssl"] = broker_ssl
     return config
+
+
+def redis_connection_options(settings: Settings) -> dict[str, Any]:
+    """kombu Redis transport options that bound every wait on the broker.
+
+    kombu leaves Redis sockets without a timeout: a broker that stops answering without
+    closing the connection (a dropped reply, a half-open socket after a NAT or failover)
+    makes a synchronous command wait forever. In the worker those commands (the heartbeat
+    event's PUBLISH every 2 s, acks, the unacked sweep) run in the event loop, so one lost
+    reply stopped all consuming, silently. With a socket timeout the command fails, Celery
+    logs the lost connection and reconnects (the heartbeat, which Celery would resend
+    forever, is sent once: worker/consumer.py BoundedHeart). The BRPOP the consumer waits
+    on is read only when readable, so no socket timeout covers it: kombu's health check
+    (5.7+) drops it once its reply is overdue by brpop_timeout + health_check_interval, and
+    redis-py pings a connection idle that long before reusing it.
+    """
+    timeout = settings.broker_socket_timeout_seconds
+    return {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        # Keepalive finds a peer that vanished (host gone, no RST) on idle connections.
+        "socket_keepalive": True,
+        "socket_keepalive_options": TCP_KEEPALIVE_OPTIONS,
+        "health_check_interval": settings.broker_health_check_seconds,
+    }
+
+
+def amqp_config(transport_options: dict[str, Any]) -> dict[str, Any]:
+    """Celery settings for a RabbitMQ broker that leave no window in which a message is lost.
+
+    A quorum queue writes a message to disk (fsync, on a majority of nodes when clustered)
+    before RabbitMQ confirms it, and is the type RabbitMQ recommends where data safety
+    matters. Publisher confirms make each publish wait for that confirm, so a message the
+    broker refused (a nack, a channel the broker closed) raises in the publisher instead of
+    vanishing: without them basic.publish returns before the broker has seen the message.
+    RabbitMQ requeues a killed worker's unacknowledged messages the moment its connection
+    drops; there is no pop-then-bookkeeping step as in kombu's Redis transport.
+
+    Celery (5.5+) turns off global QoS for a consumer of quorum queues, which RabbitMQ does
+    not support for them (worker_detect_quorum_queues). ETA and countdown tasks would need a
+    topic exchange for native delayed delivery; this app sends none. An existing classic
+    queue of the same name cannot become a quorum queue (PRECONDITION_FAILED; see README).
+    """
+    return {
+        # The worker's own queue, and any other queue a publisher names (create_missing):
+        # both must declare one type, or whichever declares second is refused.
+        "task_default_queue_type": "quorum",
+        "task_create_missing_queue_type": "quorum",
+        "worker_detect_quorum_queues": True,
+        # Celery's default, stated because the guarantee rests on it: written to disk.
+        "task_default_delivery_mode": "persistent",
+        "broker_transport_options": {**transport_options, "confirm_publish": True},
+    }
 
 
 def broker_tls_options(settings: Settings) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from contracts import Attempt, AttributionResult
 from contracts.hashing import hash_of, judgement_inputs
 from contracts.messages import Context, Grader
 from worker.constants import SCORE, SCORE_BATCH
-from worker.publishing import as_sent
+from worker.publishing import as_sent, send
 from worker.settings import Settings, load_settings
 from worker.stores import History, ResultStore, open_store
 
@@ -87,8 +87,7 @@ class EvidenceClient:
             from worker.app import create_app
 
             self._app = create_app(self.settings)
-        result = self._app.send_task(task, args=[payload], queue=self.settings.queue)
-        return str(result.id)
+        return send(self._app, task, payload, queue=self.settings.queue)
 
     def close(self) -> None:
         self.store.close()

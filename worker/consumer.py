@@ -2,15 +2,25 @@
 
 Oversize, undecodable and malformed bodies, unknown tasks and non-task messages are recorded as
 rejected and dead-lettered whole, then acknowledged; Celery alone would log the raw body
-(answer and context text included) and drop it.
+(answer and context text included) and drop it. Items on a Redis queue list that are not
+kombu messages at all (pushed there by something other than kombu) take the same path.
 """
 
 from __future__ import annotations
 
+import base64
 import inspect
-from typing import Any
+import json
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any, ClassVar
 
 from celery.worker.consumer import Consumer
+from celery.worker.consumer.heart import Heart as HeartStep
+from celery.worker.heartbeat import Heart
+from kombu.transport import redis as kombu_redis
+from kombu.utils import json as kombu_json
 
 from worker.constants import SCORE_BATCH
 from worker.errors import TransientError
@@ -23,6 +33,131 @@ ENVELOPE_BYTES = 4_096
 # Real messages nest about six levels deep (envelope, list, message, contexts, params). Celery
 # pickles decoded arguments for the pool, and pickle runs out of stack a few hundred down.
 MAX_NESTING = 64
+
+
+# Header of the kombu message that stands in for a queue item that was not one; its value
+# says what the item was. See wrap_foreign_item.
+NOT_AN_ENVELOPE = "x-evidence-not-an-envelope"
+
+
+def wrap_foreign_item(item: bytes | str, problem: str, queue: str) -> str:
+    """A kombu message (as kombu's Redis transport stores one) carrying `item` whole.
+
+    BRPOP has already taken the item off the list, and kombu would raise on it in the event
+    loop (`Unrecoverable error`: the worker exits and the item is gone). As a message it is
+    put in the unacked hash like any other, so it is rejected, dead-lettered and acked, or,
+    with the store down, redelivered after the visibility timeout.
+    """
+    raw = item.encode("utf-8", "surrogateescape") if isinstance(item, str) else item
+    return json.dumps(
+        {
+            "body": base64.b64encode(raw).decode("ascii"),
+            "content-type": "application/octet-stream",
+            "content-encoding": "binary",
+            "headers": {NOT_AN_ENVELOPE: problem},
+            "properties": {
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+                # The default exchange routes by queue name, so a restore puts it back here.
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "delivery_mode": 2,
+                "priority": 0,
+            },
+        }
+    )
+
+
+def foreign_item_problem(item: bytes | str, channel: Any) -> str | None:
+    """Why kombu could not turn this queue item into a message (None when it can).
+
+    The same steps kombu takes (text, JSON, then its Message built from the dict), so
+    whatever would raise there is caught here: not JSON, JSON that is not an object, an
+    object without kombu's properties and delivery tag, a body its encoding cannot decode.
+    """
+    try:
+        # kombu decodes with errors='replace' first, so bad UTF-8 fails as JSON, if at all.
+        text = item.decode(errors="replace") if isinstance(item, bytes) else item
+        payload = kombu_json.loads(text)  # type: ignore[no-untyped-call]
+    except ValueError as error:
+        return f"not a message envelope: the queue item is not JSON ({error})"
+    try:
+        channel.Message(payload, channel=channel)
+    except Exception as error:  # anything kombu's Message raises would stop the worker
+        return (
+            "not a message envelope: the queue item is JSON but kombu cannot read it as a "
+            f"message ({type(error).__name__}: {error})"
+        )
+    return None
+
+
+def guard_brpop_reply(
+    channel: Any, previous: Callable[..., Any] | None, response: Any, **options: Any
+) -> Any:
+    """redis-py's BRPOP reply callback, replacing a foreign item by a message that wraps it."""
+    reply = previous(response, **options) if previous is not None else response
+    if not reply:
+        return reply
+    list_name, item = reply
+    problem = foreign_item_problem(item, channel)
+    if problem is None:
+        return reply
+    name = list_name.decode() if isinstance(list_name, bytes) else str(list_name)
+    queue = name.rsplit(channel.sep, 1)[0]  # the list of a priority level is queue+sep+n
+    return (list_name, wrap_foreign_item(item, problem, queue))
+
+
+class GuardedRedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel whose BRPOP replies never carry an item kombu cannot load.
+
+    The check sits in redis-py's reply callback for BRPOP, the one step between the server's
+    reply and kombu's `loads`, so no kombu code is copied here.
+    """
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        client = super()._create_client(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
+        previous = client.response_callbacks.get("BRPOP")
+        client.set_response_callback("BRPOP", partial(guard_brpop_reply, self, previous))
+        return client
+
+
+def guard_redis_transport(transport: Any) -> None:
+    """Give a kombu Redis transport (Sentinel too) channels with the BRPOP guard."""
+    base = getattr(transport, "Channel", None)
+    if not (isinstance(base, type) and issubclass(base, kombu_redis.Channel)):
+        return  # AMQP and others: the broker itself never hands over a non-message
+    if issubclass(base, GuardedRedisChannel):
+        return
+    guarded = (
+        GuardedRedisChannel
+        if base is kombu_redis.Channel
+        else type(f"Guarded{base.__name__}", (GuardedRedisChannel, base), {})
+    )
+    # The instance attribute wins over the class's for this connection alone: publishers
+    # and other connections keep kombu's channel.
+    transport.Channel = guarded
+
+
+class BoundedHeart(Heart):  # type: ignore[misc]
+    """Worker heartbeat events that are sent once, never retried.
+
+    Celery sends each heartbeat (every 2 s, in the event loop) with retry=True and no retry
+    policy: kombu then reconnects and resends for as long as the broker does not answer, and
+    the event loop, consuming and the shutdown signal included, waits with it, without a
+    line. Sent once, a heartbeat the broker does not take fails within the socket timeout
+    and is buffered by Celery's event dispatcher; the consumer's own connection checks then
+    notice the broker, log it and reconnect.
+    """
+
+    def _send(self, event: str, retry: bool = False) -> Any:
+        return super()._send(event, retry=False)
+
+
+class BoundedHeartStep(HeartStep):  # type: ignore[misc]
+    """Celery's heartbeat bootstep, sending through BoundedHeart."""
+
+    def start(self, c: Any) -> None:
+        c.heart = BoundedHeart(c.timer, c.event_dispatcher, self.heartbeat_interval)
+        c.heart.start()
 
 
 def nests_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
@@ -43,10 +178,28 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
     """Celery's consumer, plus: oversize and undecodable bodies are rejected with a record and
     dead-lettered whole, never dropped silently (Celery alone would log and ack them)."""
 
+    class Blueprint(Consumer.Blueprint):  # type: ignore[misc]
+        # Celery's steps, with the heartbeat's replaced; see BoundedHeart.
+        default_steps: ClassVar[list[str]] = [
+            "worker.consumer:BoundedHeartStep" if step.endswith(".heart:Heart") else step
+            for step in Consumer.Blueprint.default_steps
+        ]
+
+    def connection_for_read(self, heartbeat: float | None = None) -> Any:
+        """The consuming connection, its Redis channels guarded before the first one exists
+        (kombu opens one while connecting, and keeps it for consuming)."""
+        connection = self.app.connection_for_read(heartbeat=heartbeat)
+        guard_redis_transport(connection.transport)
+        return self.ensure_connected(connection)
+
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
         on_task_received = super().create_task_handler(*args, **kwargs)
 
         def guarded(message: Any) -> Any:
+            foreign = (message.headers or {}).get(NOT_AN_ENVELOPE)
+            if foreign is not None:
+                self.reject_undeliverable(message, str(foreign))
+                return None
             task_name = (message.headers or {}).get("task")
             size = len(message.body or b"")
             limit = self._body_limit(task_name)
@@ -93,6 +246,16 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
                 task_id=headers.get("id"),
                 problem=str(problem),
                 why="a rejected message stays unacknowledged until the store takes its record",
+            )
+            return
+        except Exception:
+            # An error raised here escapes into Celery's event loop, which exits the worker
+            # ("Unrecoverable error") with the message lost from its view. Unacknowledged,
+            # the broker delivers it again after the visibility timeout.
+            get_logger().exception(
+                "evidence_coverage.reject_failed",
+                task_id=headers.get("id"),
+                why="the message stays unacknowledged and is delivered again",
             )
             return
         message.ack()

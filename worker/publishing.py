@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,11 @@ from worker.intake import parse_message
 
 if TYPE_CHECKING:
     from celery import Celery
+    from kombu import Producer
+
+# How long a send waits for RabbitMQ's publisher confirm before it fails: a broker that
+# stopped answering must not hang a publisher. Redis has no confirms and ignores it.
+CONFIRM_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass
@@ -40,6 +46,43 @@ def as_sent(text: str, *, max_message_bytes: int) -> Any:
     return json.loads(text)
 
 
+def send(
+    app: Celery, task: str, payload: Any, *, queue: str, producer: Producer | None = None
+) -> str:
+    """Send one task and return its id once the broker has taken it.
+
+    On RabbitMQ (publisher confirms, worker/app.py) that means confirmed: a message the
+    broker refuses (a nack: a full queue, a disk alarm) or cannot route to any queue
+    (mandatory: the queue was deleted after it was declared) raises kombu's
+    OperationalError naming the task, instead of being dropped without a word.
+    """
+    from amqp.exceptions import ChannelError, MessageNacked
+    from kombu.exceptions import OperationalError
+
+    task_id = str(uuid.uuid4())
+    try:
+        app.send_task(
+            task,
+            args=[payload],
+            queue=queue,
+            producer=producer,
+            task_id=task_id,
+            mandatory=True,
+            confirm_timeout=CONFIRM_TIMEOUT_SECONDS,
+        )
+    except OperationalError as error:
+        if isinstance(error.__cause__, MessageNacked):
+            raise OperationalError(
+                f"the broker refused task {task_id} for queue {queue} (basic.nack): not queued"
+            ) from error
+        raise
+    except ChannelError as error:  # basic.return of a mandatory message: no queue took it
+        raise OperationalError(
+            f"no queue took task {task_id} for queue {queue} ({error.reply_text}): not queued"
+        ) from error
+    return task_id
+
+
 def publish_lines(
     lines: Iterable[tuple[int, bytes]],
     *,
@@ -58,9 +101,9 @@ def publish_lines(
             if not pending:
                 return
             if batch_size == 1:
-                app.send_task(SCORE, args=[pending[0]], queue=queue, producer=producer)
+                send(app, SCORE, pending[0], queue=queue, producer=producer)
             else:
-                app.send_task(SCORE_BATCH, args=[list(pending)], queue=queue, producer=producer)
+                send(app, SCORE_BATCH, list(pending), queue=queue, producer=producer)
             result.messages += len(pending)
             result.tasks += 1
             pending.clear()

@@ -24,6 +24,8 @@ _DB_PATH = re.compile(r"/?|/[0-9]+")
 WEBHOOK_DEADLINE_SECONDS = 5.0
 WEBHOOK_DRAIN_SECONDS = 5.0
 DEAD_LETTER_MAX_BYTES = 65_536
+BROKER_SOCKET_TIMEOUT_SECONDS = 10.0
+BROKER_HEALTH_CHECK_SECONDS = 10
 
 
 class Settings(BaseSettings):
@@ -64,6 +66,17 @@ class Settings(BaseSettings):
     log_raw_text: bool = False
     result_ttl_seconds: int | None = Field(default=None, gt=0)
     visibility_timeout_seconds: int = Field(default=300, gt=0)
+    broker_socket_timeout_seconds: float = Field(
+        default=BROKER_SOCKET_TIMEOUT_SECONDS,
+        gt=0,
+        description="longest wait for a Redis broker's reply (or connect) before reconnecting",
+    )
+    broker_health_check_seconds: int = Field(
+        default=BROKER_HEALTH_CHECK_SECONDS,
+        ge=1,
+        description="how often the Redis broker connections are checked; a consumer on a "
+        "silent connection reconnects within about twice this",
+    )
     store_retry_window_seconds: float | None = Field(
         default=None,
         ge=0,

@@ -25,7 +25,7 @@ from contracts import Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from tests.factories import expected_rejected, expected_scored
 from worker.alerts import SOURCE_OF_TRUTH, AlertSink, WebhookSender
-from worker.app import app, celery_config
+from worker.app import TCP_KEEPALIVE_OPTIONS, app, celery_config
 from worker.errors import TransientError
 from worker.logging import get_logger
 from worker.service import Service
@@ -328,6 +328,12 @@ def test_celery_config_has_the_delivery_settings_for_an_idempotent_task() -> Non
         "unacked_restore_interval": 5,
         "unacked_restore_throttle": 1,
         "body_encoding": "utf-8",  # JSON bodies as JSON text on Redis, not base64
+        # No wait on a Redis broker is unbounded (worker/app.py redis_connection_options).
+        "socket_timeout": 10.0,
+        "socket_connect_timeout": 10.0,
+        "socket_keepalive": True,
+        "socket_keepalive_options": TCP_KEEPALIVE_OPTIONS,
+        "health_check_interval": 10,
     }
     assert {
         key: config[key]

@@ -1,0 +1,280 @@
+"""The worker never hangs and never dies on one item: a broker that stops answering, and items
+on the queue that are not messages at all.
+
+Workers run the Procfile's command line (heartbeat on: its PUBLISH every 2 s is what used to
+block the event loop), with a unique hostname and two pool processes. Timeouts are short
+versions of the defaults that take the same paths.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from contracts.records import REJECTED, SCORED
+from tests.integration import worker_harness as harness
+from tests.integration.fault_proxy import FaultProxy
+from tests.integration.worker_harness import (
+    BROKER_URL,
+    Line,
+    RedisServer,
+    Worker,
+    check_first_outcomes,
+    free_port,
+    queue_length,
+    send_scores,
+    unacked_count,
+)
+from worker.bench.launch import worker_command
+from worker.stores.redis import RedisStore
+
+pytestmark = pytest.mark.integration
+
+queue = harness.queue
+start_worker = harness.start_worker
+publisher = harness.publisher
+store = harness.store
+
+MessageFactory = Callable[..., dict[str, Any]]
+REDIS_PORT = 6379
+BROKER_DB = 12
+SOCKET_TIMEOUT_SECONDS = 2
+HEALTH_CHECK_SECONDS = 2
+SHORT_TIMEOUTS = {
+    "EVIDENCE_BROKER_SOCKET_TIMEOUT_SECONDS": str(SOCKET_TIMEOUT_SECONDS),
+    "EVIDENCE_BROKER_HEALTH_CHECK_SECONDS": str(HEALTH_CHECK_SECONDS),
+}
+# Longer than the socket timeout and the BRPOP check together, so both have fired.
+DROP_SECONDS = 3 * (SOCKET_TIMEOUT_SECONDS + HEALTH_CHECK_SECONDS)
+RESUME_BOUND_SECONDS = 60.0
+NOTICE_BOUND_SECONDS = 30.0
+# What kombu and Celery log when a connection stops answering (WARNING), and when Celery has
+# connected again.
+STALE_EVENTS = ("Redis BRPOP got no reply", "consumer: Connection to broker lost")
+CONNECTED_EVENT = "Connected to redis://"
+
+
+def distinct(message_dict: MessageFactory, tag: str, count: int) -> list[dict[str, Any]]:
+    return [
+        message_dict(case_id=f"{tag}-{n:03d}", answer=f"Returns within 30 days. [{tag} {n}]")
+        for n in range(count)
+    ]
+
+
+def procfile_worker(start: Callable[..., Worker], queue: str, **kwargs: Any) -> Worker:
+    """A worker started as the Procfile starts one (heartbeat on), plus a unique hostname."""
+    hostname = f"{queue}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+    command = worker_command(queue, hostname=hostname, concurrency=2)
+    return start(queue, command=command, **kwargs)
+
+
+def scored_cases(lines: list[Line]) -> set[str]:
+    return {str(line.get("case_id")) for line in lines if line.get("event") == SCORED}
+
+
+def is_stale_line(line: Line) -> bool:
+    return any(text in str(line.get("event", "")) for text in STALE_EVENTS)
+
+
+def connected_after_stale(lines: list[Line]) -> bool:
+    """A `Connected to` line after the first line saying the broker stopped answering."""
+    stale = next((n for n, line in enumerate(lines) if is_stale_line(line)), None)
+    return stale is not None and any(
+        str(line.get("event", "")).startswith(CONNECTED_EVENT) for line in lines[stale + 1 :]
+    )
+
+
+@pytest.fixture
+def proxy() -> Iterator[FaultProxy]:
+    """A fault proxy in front of the shared Redis; requested before start_worker, so it
+    outlives the workers that use it."""
+    started = FaultProxy(REDIS_PORT, lifetime=240).start()
+    yield started
+    started.stop()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("then_reset", [False, True], ids=["dropped", "dropped-then-reset"])
+def test_a_broker_that_stops_replying_costs_a_bounded_pause_and_no_message(
+    then_reset: bool,
+    proxy: FaultProxy,
+    start_worker: Callable[..., Worker],
+    publisher: Callable[..., Celery],
+    queue: str,
+    store: RedisStore,
+    message_dict: MessageFactory,
+) -> None:
+    """Replies dropped for longer than the socket timeout (then every connection reset, or
+    not), then let through: the worker reconnects, says so, and records every message
+    published after the fault within 60 s."""
+    worker = procfile_worker(
+        start_worker, queue, broker_url=proxy.url(BROKER_DB), env=SHORT_TIMEOUTS
+    )
+    worker.wait_ready()
+    before = distinct(message_dict, "before", 5)
+    send_scores(publisher(), queue, before)
+    worker.wait_until(
+        lambda lines: scored_cases(lines) >= {m["case_id"] for m in before},
+        timeout=60,
+        what="the messages published before the fault",
+    )
+
+    proxy.drop_replies()
+    dropped_at = time.monotonic()
+    try:
+        # Noticed while the broker is still silent, not only once it answers again.
+        worker.wait_until(
+            lambda lines: any(is_stale_line(line) for line in lines),
+            timeout=NOTICE_BOUND_SECONDS,
+            what="a line saying the broker stopped answering",
+        )
+        time.sleep(max(0.0, DROP_SECONDS - (time.monotonic() - dropped_at)))
+        if then_reset:
+            proxy.reset_all()
+    finally:
+        proxy.pass_traffic()  # also for the teardown's flush, which goes through the proxy
+    assert proxy.dropped_bytes > 0  # the worker did talk to the broker meanwhile
+
+    after = distinct(message_dict, "after", 20)
+    send_scores(publisher(), queue, after)  # straight to Redis, not through the proxy
+    published_at = time.monotonic()
+    worker.wait_until(
+        lambda lines: scored_cases(lines) >= {m["case_id"] for m in after},
+        timeout=RESUME_BOUND_SECONDS,
+        what="every message published after the fault",
+    )
+    resumed_seconds = time.monotonic() - published_at
+
+    assert worker.alive()
+    assert connected_after_stale(worker.lines()), "no line says the worker reconnected"
+    records = [line for line in worker.records() if line.get("case_id", "").startswith("after")]
+    assert sorted(str(line["case_id"]) for line in records) == sorted(m["case_id"] for m in after)
+    assert all(line["event"] == SCORED and line["cache"] == "miss" for line in records)
+    check_first_outcomes(store, after, records)
+    assert store.dead_letters() == []
+    assert resumed_seconds < RESUME_BOUND_SECONDS
+
+
+NOT_JSON = "not a message envelope: the queue item is not JSON"
+NOT_KOMBU = "not a message envelope: the queue item is JSON but kombu cannot read it as a message"
+# Raw items no kombu client would push, and the reason each one's record must give.
+JUNK = {
+    b"not json": f"{NOT_JSON} (Expecting value: line 1 column 1 (char 0))",
+    b'{"a":1}': f"{NOT_KOMBU} (KeyError: 'properties')",
+    b"\x80\x81 binary \x00 bytes": f"{NOT_JSON} (Expecting value: line 1 column 1 (char 0))",
+}
+JUNK_ITEMS = list(JUNK)
+
+
+@pytest.mark.timeout(180)
+def test_items_that_are_not_messages_are_dead_lettered_and_the_worker_keeps_consuming(
+    start_worker: Callable[..., Worker],
+    publisher: Callable[..., Celery],
+    queue: str,
+    store: RedisStore,
+    message_dict: MessageFactory,
+) -> None:
+    """Three raw items pushed onto the queue's list between five messages: five scored, three
+    rejected with a reason naming what they were, three dead letters holding them whole."""
+    worker = procfile_worker(start_worker, queue)
+    worker.wait_ready()
+    messages = distinct(message_dict, "valid", 5)
+    app = publisher()
+    client = redis.Redis.from_url(BROKER_URL)
+    try:
+        # kombu publishes with LPUSH and consumes with BRPOP: pushed in this order, they are
+        # consumed in this order.
+        for n, message in enumerate(messages):
+            send_scores(app, queue, [message])
+            if n < len(JUNK_ITEMS):
+                client.lpush(queue, JUNK_ITEMS[n])
+    finally:
+        client.close()
+
+    lines = worker.wait_for(len(messages) + len(JUNK_ITEMS), timeout=60)
+
+    assert worker.alive()
+    assert scored_cases(lines) == {m["case_id"] for m in messages}
+    rejected = [line for line in lines if line["event"] == REJECTED]
+    assert len(rejected) == len(JUNK_ITEMS)
+    assert sorted(line["reason"] for line in rejected) == sorted(JUNK.values())
+    letters = store.dead_letters()
+    # Each dead letter holds its item whole, under the reason its record gave.
+    assert sorted((letter.body, letter.error) for letter in letters) == sorted(
+        (item.decode("utf-8", "replace"), reason) for item, reason in JUNK.items()
+    )
+    check_first_outcomes(store, messages, lines)
+    assert queue_length(BROKER_URL, queue) == 0
+    assert unacked_count(BROKER_URL, queue) == 0
+
+
+def unacked_on(queue: str) -> int:
+    """Messages of `queue` in kombu's unacked hash (read directly: a wrapped item carries no
+    task id for the harness's helpers to read)."""
+    client = redis.Redis.from_url(BROKER_URL)
+    try:
+        return sum(json.loads(value)[2] == queue for _, value in client.hscan_iter("unacked"))
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def store_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(port=free_port(), directory=tmp_path)
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.mark.timeout(180)
+def test_an_item_that_is_not_a_message_waits_out_a_store_outage_unacknowledged(
+    start_worker: Callable[..., Worker],
+    store_server: RedisServer,
+    queue: str,
+    key_prefix: str,
+) -> None:
+    """Raw items consumed while the store is down stay unacknowledged in the broker, and are
+    rejected and dead-lettered once it is back; the worker consumes throughout."""
+    worker = procfile_worker(
+        start_worker,
+        queue,
+        store_url=store_server.url,
+        env={
+            "EVIDENCE_VISIBILITY_TIMEOUT_SECONDS": "10",
+            "EVIDENCE_STORE_RETRY_WINDOW_SECONDS": "3",
+        },
+    )
+    worker.wait_ready()
+    store_server.kill()
+    client = redis.Redis.from_url(BROKER_URL)
+    try:
+        client.lpush(queue, *JUNK_ITEMS)
+    finally:
+        client.close()
+    worker.wait_for(len(JUNK_ITEMS), events=["evidence_coverage.store_unavailable"], timeout=60)
+    assert queue_length(BROKER_URL, queue) == 0
+    assert unacked_on(queue) == len(JUNK_ITEMS)
+    assert worker.records() == []
+
+    store_server.start()
+    rejected = worker.wait_for(len(JUNK_ITEMS), events=[REJECTED], timeout=90)
+
+    assert worker.alive()
+    assert sorted(line["reason"] for line in rejected) == sorted(JUNK.values())
+    store = RedisStore.from_url(store_server.url, prefix=key_prefix)
+    try:
+        assert sorted((letter.body, letter.error) for letter in store.dead_letters()) == sorted(
+            (item.decode("utf-8", "replace"), reason) for item, reason in JUNK.items()
+        )
+    finally:
+        store.close()
+    assert unacked_on(queue) == 0
