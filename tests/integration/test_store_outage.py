@@ -30,6 +30,7 @@ from tests.integration.worker_harness import (
 from worker.stores.redis import RedisStore
 
 start_worker = worker_harness.start_worker
+redis_server = worker_harness.redis_server
 publisher = worker_harness.publisher
 queue = worker_harness.queue
 
@@ -46,14 +47,6 @@ def distinct(message_dict: MessageFactory, tag: str, count: int) -> list[dict[st
         message_dict(case_id=f"{tag}-{n:03d}", answer=f"Returns within 30 days. [{tag} {n}]")
         for n in range(count)
     ]
-
-
-@pytest.fixture
-def store_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(port=free_port(), directory=tmp_path)
-    server.start()
-    yield server
-    server.kill()
 
 
 def scored_once_each(worker: Worker, messages: list[dict[str, Any]], timeout: float) -> None:
@@ -91,7 +84,7 @@ def account(
 @pytest.mark.timeout(240)
 def test_a_store_outage_longer_than_the_wait_loses_nothing(
     start_worker: Callable[..., Worker],
-    store_server: RedisServer,
+    redis_server: RedisServer,
     publisher: Callable[..., Celery],
     queue: str,
     key_prefix: str,
@@ -100,10 +93,10 @@ def test_a_store_outage_longer_than_the_wait_loses_nothing(
     """Store killed, messages published, store back after two wait windows: all recorded once,
     and the WARNING lines named the waiting cases meanwhile."""
     messages = distinct(message_dict, "outage", MESSAGES)
-    worker = start_worker(queue, store_url=store_server.url, env=OUTAGE_ENV)
+    worker = start_worker(queue, store_url=redis_server.url, env=OUTAGE_ENV)
     worker.wait_ready()
 
-    store_server.kill()
+    redis_server.kill()
     send_scores(publisher(), queue, messages)
     worker.wait_until(
         lambda lines: any(line.get("event") == "evidence_coverage.requeued" for line in lines),
@@ -111,7 +104,7 @@ def test_a_store_outage_longer_than_the_wait_loses_nothing(
         what="a message handed back to the broker",
     )
     time.sleep(3)
-    store_server.start()
+    redis_server.start()
     scored_once_each(worker, messages, timeout=120)
 
     waiting = worker.events("evidence_coverage.store_unavailable")
@@ -120,7 +113,7 @@ def test_a_store_outage_longer_than_the_wait_loses_nothing(
     assert named <= {message["case_id"] for message in messages}
     assert all(line["level"] == "warning" for line in waiting)
     assert worker.alive()
-    account(worker, store_server.url, key_prefix, messages)
+    account(worker, redis_server.url, key_prefix, messages)
 
 
 @pytest.fixture

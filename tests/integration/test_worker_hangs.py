@@ -13,7 +13,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +28,6 @@ from tests.integration.worker_harness import (
     RedisServer,
     Worker,
     check_first_outcomes,
-    free_port,
     queue_length,
     send_scores,
     unacked_count,
@@ -43,6 +41,7 @@ queue = harness.queue
 start_worker = harness.start_worker
 publisher = harness.publisher
 store = harness.store
+redis_server = harness.redis_server
 
 MessageFactory = Callable[..., dict[str, Any]]
 REDIS_PORT = 6379
@@ -227,18 +226,10 @@ def unacked_on(queue: str) -> int:
         client.close()
 
 
-@pytest.fixture
-def store_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(port=free_port(), directory=tmp_path)
-    server.start()
-    yield server
-    server.kill()
-
-
 @pytest.mark.timeout(180)
 def test_an_item_that_is_not_a_message_waits_out_a_store_outage_unacknowledged(
     start_worker: Callable[..., Worker],
-    store_server: RedisServer,
+    redis_server: RedisServer,
     queue: str,
     key_prefix: str,
 ) -> None:
@@ -247,14 +238,14 @@ def test_an_item_that_is_not_a_message_waits_out_a_store_outage_unacknowledged(
     worker = procfile_worker(
         start_worker,
         queue,
-        store_url=store_server.url,
+        store_url=redis_server.url,
         env={
             "EVIDENCE_VISIBILITY_TIMEOUT_SECONDS": "10",
             "EVIDENCE_STORE_RETRY_WINDOW_SECONDS": "3",
         },
     )
     worker.wait_ready()
-    store_server.kill()
+    redis_server.kill()
     client = redis.Redis.from_url(BROKER_URL)
     try:
         client.lpush(queue, *JUNK_ITEMS)
@@ -265,12 +256,12 @@ def test_an_item_that_is_not_a_message_waits_out_a_store_outage_unacknowledged(
     assert unacked_on(queue) == len(JUNK_ITEMS)
     assert worker.records() == []
 
-    store_server.start()
+    redis_server.start()
     rejected = worker.wait_for(len(JUNK_ITEMS), events=[REJECTED], timeout=90)
 
     assert worker.alive()
     assert sorted(line["reason"] for line in rejected) == sorted(JUNK.values())
-    store = RedisStore.from_url(store_server.url, prefix=key_prefix)
+    store = RedisStore.from_url(redis_server.url, prefix=key_prefix)
     try:
         assert sorted((letter.body, letter.error) for letter in store.dead_letters()) == sorted(
             (item.decode("utf-8", "replace"), reason) for item, reason in JUNK.items()
