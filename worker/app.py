@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from celery import Celery, signals
 
 from worker import metrics
+from worker.constants import RECONCILE
 from worker.errors import ConfigurationError
 from worker.settings import Settings, load_settings
 
@@ -89,6 +90,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # prefork, but each child's next task already waits in its pipe: no idle gap between
         # our short tasks (worker/pool.py). `--pool solo` on the command line still wins.
         "worker_pool": "worker.pool:PrefetchingTaskPool",
+        # For `celery -A worker.app beat`: count the publish ledger's messages that were
+        # never recorded (a gauge and a WARNING line; `evidence-worker reconcile` repairs).
+        "beat_schedule": {
+            "evidence-reconcile": {
+                "task": RECONCILE,
+                "schedule": float(settings.reconcile_every_seconds),
+                "kwargs": {"older_than_seconds": settings.reconcile_older_than_seconds},
+            }
+        },
     }
     if settings.broker_url.startswith(AMQP_SCHEMES):
         config.update(amqp_config(transport_options))

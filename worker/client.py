@@ -6,19 +6,21 @@
     if found is None:
         client.publish(message)              # after grading
 
-No Celery import is needed by the caller; messages are validated before they are sent.
+No Celery import is needed by the caller; messages are validated before they are sent, and
+noted in the store's publish ledger first (worker/stores/ledger.py), so `reconcile` can find
+any that a broker loses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from contracts import Attempt, AttributionResult
 from contracts.hashing import hash_of, judgement_inputs
 from contracts.messages import Context, Grader
-from worker.constants import SCORE, SCORE_BATCH
-from worker.publishing import as_sent, send
+from worker.publishing import outgoing, send_noted
 from worker.settings import Settings, load_settings
 from worker.stores import History, ResultStore, open_store
 
@@ -63,31 +65,42 @@ class EvidenceClient:
         return self.store.history(input_hash)
 
     def publish(self, message: AttributionResult | Mapping[str, Any]) -> str:
-        """Validate and send one message; returns the task id."""
-        return self._send(SCORE, self._validated(message))
+        """Validate, note in the publish ledger and send one message; returns the task id."""
+        return self._send([self._validated(message)], batch=False)
 
     def publish_batch(self, messages: Sequence[AttributionResult | Mapping[str, Any]]) -> str:
-        """Validate every message, then send them as one score_batch task; returns its id."""
-        return self._send(SCORE_BATCH, [self._validated(message) for message in messages])
+        """Validate every message, note them, then send them as one score_batch task;
+        returns its id."""
+        return self._send([self._validated(message) for message in messages], batch=True)
 
-    def _validated(self, message: AttributionResult | Mapping[str, Any]) -> Any:
-        """What to send for a message: its JSON text, as `publish` sends a line (see as_sent)."""
+    @staticmethod
+    def _validated(message: AttributionResult | Mapping[str, Any]) -> tuple[AttributionResult, str]:
+        """The model and its JSON text, sent as `publish` sends a line (see as_sent)."""
         model = (
             message
             if isinstance(message, AttributionResult)
             else AttributionResult.model_validate(message)
         )
-        return as_sent(
-            model.model_dump_json(exclude_unset=True),
-            max_message_bytes=self.settings.max_message_bytes,
-        )
+        return model, model.model_dump_json(exclude_unset=True)
 
-    def _send(self, task: str, payload: Any) -> str:
+    def _send(self, messages: Sequence[tuple[AttributionResult, str]], *, batch: bool) -> str:
         if self._app is None:
             from worker.app import create_app
 
             self._app = create_app(self.settings)
-        return send(self._app, task, payload, queue=self.settings.queue)
+        task = outgoing(
+            messages,
+            batch=batch,
+            max_message_bytes=self.settings.max_message_bytes,
+            now=datetime.now(UTC),
+        )
+        send_noted(
+            self._app,
+            [task],
+            queue=self.settings.queue,
+            ledger=self.store if self.settings.ledger_ttl_seconds > 0 else None,
+        )
+        return task.task_id
 
     def close(self) -> None:
         self.store.close()

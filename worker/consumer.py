@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
+import redis
 from celery.worker.consumer import Consumer
 from celery.worker.consumer.heart import Heart as HeartStep
 from celery.worker.heartbeat import Heart
@@ -114,6 +115,15 @@ class GuardedRedisChannel(kombu_redis.Channel):
     """
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            # The channel, or the transport under it, is closed: as the consumer restarts after
+            # a lost broker, kombu closes the connection's transport and then its channel, whose
+            # QoS asks for a client to requeue the unacknowledged messages, and an ack the event
+            # loop had scheduled runs after the channel is gone. Building a client then raised
+            # AttributeError out of the event loop, and the worker exited ("Unrecoverable
+            # error"). A connection error is what kombu and Celery handle there ("Couldn't
+            # ack"); the messages stay in the unacked hash and its sweep requeues them.
+            raise redis.ConnectionError("the broker connection is closed")
         client = super()._create_client(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
         previous = client.response_callbacks.get("BRPOP")
         client.set_response_callback("BRPOP", partial(guard_brpop_reply, self, previous))

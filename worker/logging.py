@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 from collections.abc import MutableMapping
 from typing import Any, Literal, TextIO
 
@@ -170,6 +171,27 @@ def emit_alert(alert: Alert, **context: Any) -> None:
     get_logger().error(NONDETERMINISM, **alert.model_dump(mode="json"), **context)
 
 
+def exception_fields(
+    _logger: Any, _method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """A record's exc_info (Celery's and kombu's errors carry one) as OpenTelemetry's
+    exception.type, exception.message and exception.stacktrace, the traceback as text:
+    rendered as JSON, the tuple itself would only say "<traceback object at 0x...>"."""
+    exc_info = event.pop("exc_info", None)
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    elif isinstance(exc_info, BaseException):
+        exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+    if isinstance(exc_info, tuple) and exc_info[0] is not None:
+        error_type, error, trace = exc_info
+        event["exception.type"] = error_type.__qualname__
+        event["exception.message"] = str(error)
+        event["exception.stacktrace"] = "".join(
+            traceback.format_exception(error_type, error, trace)
+        )
+    return event
+
+
 def configure_stdlib_logging(
     log_format: str = "json", *, stream: TextIO | None = None, schema: LogSchema = "otel"
 ) -> None:
@@ -182,6 +204,7 @@ def configure_stdlib_logging(
         ],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *([exception_fields] if log_format == "json" else []),
             _renderer(log_format),
         ],
     )

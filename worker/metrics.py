@@ -57,6 +57,13 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         self.store_unavailable.set(0)
+        # Set by the beat's reconcile task, in whichever pool process runs it.
+        self.unrecorded = Gauge(
+            "evidence_coverage_ledger_unrecorded",
+            "Published messages older than EVIDENCE_RECONCILE_OLDER_THAN_SECONDS that are "
+            "neither recorded nor dead-lettered",
+            multiprocess_mode="mostrecent",
+        )
 
     def observe(self, records: Iterable[Any], *, alerts: int, seconds_per_message: float) -> None:
         """Count one task's records (ScoreRecord-like: status, cache, event)."""
@@ -69,6 +76,10 @@ class Metrics:
             self.latency.observe(seconds_per_message)
         if alerts:
             self.alerts.inc(alerts)
+
+    def ledger_unrecorded(self, count: int) -> None:
+        if self.enabled:
+            self.unrecorded.set(count)
 
     def store_waiting(self, waiting: bool) -> None:
         if self.enabled:

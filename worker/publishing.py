@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from contracts import AttributionResult, input_hash
 from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
 from worker.intake import parse_message
+from worker.stores.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -19,6 +22,11 @@ if TYPE_CHECKING:
 # How long a send waits for RabbitMQ's publisher confirm before it fails: a broker that
 # stopped answering must not hang a publisher. Redis has no confirms and ignores it.
 CONFIRM_TIMEOUT_SECONDS = 10.0
+# Messages noted in the ledger per round trip, before their tasks are sent.
+NOTE_CHUNK = 200
+# Room a score_batch task's envelope (headers, properties) takes beside its messages, so
+# a batch publish cuts never reach the worker's EVIDENCE_MAX_BATCH_BYTES.
+BATCH_ENVELOPE_BYTES = 8_192
 
 
 @dataclass
@@ -47,9 +55,16 @@ def as_sent(text: str, *, max_message_bytes: int) -> Any:
 
 
 def send(
-    app: Celery, task: str, payload: Any, *, queue: str, producer: Producer | None = None
+    app: Celery,
+    task: str,
+    payload: Any,
+    *,
+    queue: str,
+    producer: Producer | None = None,
+    task_id: str | None = None,
 ) -> str:
-    """Send one task and return its id once the broker has taken it.
+    """Send one task (under `task_id`, else a new one) and return its id once the broker
+    has taken it.
 
     On RabbitMQ (publisher confirms, worker/app.py) that means confirmed: a message the
     broker refuses (a nack: a full queue, a disk alarm) or cannot route to any queue
@@ -59,7 +74,7 @@ def send(
     from amqp.exceptions import ChannelError, MessageNacked
     from kombu.exceptions import OperationalError
 
-    task_id = str(uuid.uuid4())
+    task_id = task_id or new_task_id()
     try:
         app.send_task(
             task,
@@ -83,6 +98,67 @@ def send(
     return task_id
 
 
+def new_task_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass
+class Outgoing:
+    """One task about to be sent: its id, name and payload, and its messages' ledger entries."""
+
+    task_id: str
+    task: str
+    payload: Any
+    entries: list[LedgerEntry]
+
+
+def outgoing(
+    messages: Sequence[tuple[AttributionResult, str]],
+    *,
+    batch: bool,
+    max_message_bytes: int,
+    now: datetime,
+) -> Outgoing:
+    """The task for validated messages (each with its JSON text): one score task, or one
+    score_batch task of all of them."""
+    task_id = new_task_id()
+    entries = [
+        LedgerEntry(
+            task_id=task_id,
+            position=position,
+            case_id=message.case_id,
+            input_hash=input_hash(message),
+            published_at=now,
+            body=text,
+        )
+        for position, (message, text) in enumerate(messages)
+    ]
+    sent = [as_sent(text, max_message_bytes=max_message_bytes) for _, text in messages]
+    if batch:
+        return Outgoing(task_id, SCORE_BATCH, sent, entries)
+    (payload,) = sent
+    return Outgoing(task_id, SCORE, payload, entries)
+
+
+def send_noted(
+    app: Celery,
+    tasks: Sequence[Outgoing],
+    *,
+    queue: str,
+    ledger: Ledger | None,
+    producer: Producer | None = None,
+) -> None:
+    """Note every message of `tasks` in the ledger (one round trip), then send the tasks.
+
+    Noted first: a message is never on the broker without its entry, so the worker can
+    never record one before its entry exists (which would leave the entry open for ever).
+    """
+    if ledger is not None:
+        ledger.note_published([entry for task in tasks for entry in task.entries])
+    for task in tasks:
+        send(app, task.task, task.payload, queue=queue, producer=producer, task_id=task.task_id)
+
+
 def publish_lines(
     lines: Iterable[tuple[int, bytes]],
     *,
@@ -90,34 +166,57 @@ def publish_lines(
     queue: str,
     batch_size: int = 1,
     max_message_bytes: int,
+    max_batch_bytes: int,
+    ledger: Ledger | None = None,
     on_progress: Callable[[int], None] = lambda _: None,
 ) -> Published:
-    """Validate each line, then send it alone (score) or in lists of batch_size (score_batch)."""
+    """Validate each line, then send it alone (score) or in lists of batch_size (score_batch),
+    a list cut short where it would pass max_batch_bytes. Messages are noted in the ledger
+    a chunk of tasks at a time, just before the chunk is sent."""
     result = Published()
-    pending: list[Any] = []
+    pending: list[tuple[AttributionResult, str]] = []
+    pending_bytes = 0
+    chunk: list[Outgoing] = []
     with app.producer_or_acquire() as producer:
 
-        def flush() -> None:
-            if not pending:
-                return
-            if batch_size == 1:
-                send(app, SCORE, pending[0], queue=queue, producer=producer)
-            else:
-                send(app, SCORE_BATCH, list(pending), queue=queue, producer=producer)
-            result.messages += len(pending)
-            result.tasks += 1
-            pending.clear()
+        def send_chunk() -> None:
+            send_noted(app, chunk, queue=queue, ledger=ledger, producer=producer)
+            result.messages += sum(len(task.entries) for task in chunk)
+            result.tasks += len(chunk)
+            chunk.clear()
             on_progress(result.messages)
+
+        def close_task() -> None:
+            nonlocal pending_bytes
+            if pending:
+                chunk.append(
+                    outgoing(
+                        pending,
+                        batch=batch_size > 1,
+                        max_message_bytes=max_message_bytes,
+                        now=datetime.now(UTC),
+                    )
+                )
+                pending.clear()
+                pending_bytes = 0
+            if sum(len(task.entries) for task in chunk) >= NOTE_CHUNK:
+                send_chunk()
 
         for number, body in lines:
             try:
-                parse_message(body, max_bytes=max_message_bytes)
+                message = parse_message(body, max_bytes=max_message_bytes)
             except InputError as error:
                 result.rejected.append((number, str(error)))
                 continue
-            # parse_message has rejected anything that is not UTF-8
-            pending.append(as_sent(body.decode("utf-8"), max_message_bytes=max_message_bytes))
+            text = body.decode("utf-8")  # parse_message has rejected anything not UTF-8
+            size = len(json.dumps(text)) + 2  # as the transport escapes it, with ", "
+            if pending and pending_bytes + size > max_batch_bytes - BATCH_ENVELOPE_BYTES:
+                close_task()
+            pending.append((message, text))
+            pending_bytes += size
             if len(pending) >= batch_size:
-                flush()
-        flush()
+                close_task()
+        close_task()
+        if chunk:
+            send_chunk()
     return result

@@ -28,6 +28,7 @@ from contracts.policy import INVALID_OWNER
 from contracts.records import REJECTED, SCORED
 from worker.intake import case_id_of
 from worker.stores import OutcomeStore, Recorded
+from worker.stores.ledger import write_id as ledger_write_id
 
 WORKER_VERSION = version("evidence-coverage-worker")
 
@@ -40,11 +41,13 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True)
 class Delivery:
-    """Where one attempt came from: a task (with its redelivery flag) or a CLI input line."""
+    """Where one attempt came from: a task (with its redelivery flag and the message's
+    position in the task's body) or a CLI input line."""
 
     task_id: str | None = None
     redelivered: bool = False
     line: int | None = None
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,12 +138,14 @@ def process(
 
 
 def write_ids(deliveries: Sequence[Delivery]) -> list[str | None]:
-    """Each message's write id: its task ID and its position among that task's messages here,
-    as "task-9:0", "task-9:1"... (None without a task ID: no retry to recognise).
+    """Each message's write id: its task ID and its position in the task's body, as
+    "task-9:0", "task-9:1"... (None without a task ID: no retry to recognise). A delivery
+    without a position takes the next one among its task's messages here.
 
     A retry of a task (the store's reply was lost, the worker died before the ack) hands the
     same messages over in the same order, so it sends the same ids, and the store returns
-    what each write found the first time instead of recording it again.
+    what each write found the first time instead of recording it again. The publish ledger
+    keys its entries by the same ids (worker/stores/ledger.py).
     """
     positions: dict[str, int] = {}
     ids: list[str | None] = []
@@ -149,9 +154,11 @@ def write_ids(deliveries: Sequence[Delivery]) -> list[str | None]:
         if task_id is None:
             ids.append(None)
             continue
-        position = positions.get(task_id, 0)
+        position = delivery.position
+        if position is None:
+            position = positions.get(task_id, 0)
         positions[task_id] = position + 1
-        ids.append(f"{task_id}:{position}")
+        ids.append(ledger_write_id(task_id, position))
     return ids
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -118,9 +118,14 @@ class Service:
         """Dead-letter and record every body as rejected with one error, without scoring.
 
         `identify=False` for transport bodies (a task envelope, an oversize blob): their
-        case_id is not worth parsing them for.
+        case_id is not worth parsing them for, and each stands for its whole task (its
+        dead letter closes every ledger entry of the task); otherwise the bodies are the
+        task's messages, in order.
         """
-        letters = [self._letter(body, error, delivery) for body in bodies]
+        letters = [
+            self._letter(body, error, replace(delivery, position=i) if identify else delivery)
+            for i, body in enumerate(bodies)
+        ]
         with structlog.contextvars.bound_contextvars(case_ids=[None] * len(bodies)):
             self.store.dead_letter(*letters)
         results = [
@@ -136,7 +141,11 @@ class Service:
 
     def _letter(self, body: Body, error: str, delivery: Delivery) -> DeadLetter:
         return DeadLetter(
-            received_at=self.clock(), error=error, body=body_text(body), task_id=delivery.task_id
+            received_at=self.clock(),
+            error=error,
+            body=body_text(body),
+            task_id=delivery.task_id,
+            position=delivery.position,
         )
 
     def _emit(self, results: Sequence[Processed], *, seconds: float | None, **context: Any) -> None:

@@ -26,6 +26,9 @@ WEBHOOK_DRAIN_SECONDS = 5.0
 DEAD_LETTER_MAX_BYTES = 65_536
 BROKER_SOCKET_TIMEOUT_SECONDS = 10.0
 BROKER_HEALTH_CHECK_SECONDS = 10
+LEDGER_TTL_SECONDS = 86_400
+RECONCILE_OLDER_THAN_SECONDS = 600
+RECONCILE_EVERY_SECONDS = 300
 
 
 class Settings(BaseSettings):
@@ -82,6 +85,23 @@ class Settings(BaseSettings):
         ge=0,
         description="how long a task waits out a store outage before it hands its message "
         "back to the broker; below the visibility timeout (default: 80% of it)",
+    )
+    ledger_ttl_seconds: int = Field(
+        default=LEDGER_TTL_SECONDS,
+        ge=0,
+        description="how long the publish ledger keeps a published message until its record "
+        "closes it (0: publishers keep no ledger)",
+    )
+    reconcile_older_than_seconds: int = Field(
+        default=RECONCILE_OLDER_THAN_SECONDS,
+        gt=0,
+        description="the age past which the beat's reconcile task counts an unrecorded "
+        "message as lost (longer than the queue's longest wait)",
+    )
+    reconcile_every_seconds: int = Field(
+        default=RECONCILE_EVERY_SECONDS,
+        gt=0,
+        description="how often Celery beat runs the reconcile task",
     )
     max_attempts_per_hash: int = Field(default=100, ge=2)
     max_message_bytes: int = Field(default=1_048_576, gt=0)

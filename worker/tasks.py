@@ -9,6 +9,9 @@ when the broker is the Redis that is down.
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
+from itertools import islice
 from typing import Any
 
 import structlog
@@ -16,7 +19,7 @@ from celery import Task
 from celery.exceptions import Reject
 
 from worker.app import app
-from worker.constants import CANARY, NOOP, SCORE, SCORE_BATCH
+from worker.constants import CANARY, NOOP, RECONCILE, SCORE, SCORE_BATCH
 from worker.errors import TransientError
 from worker.intake import case_id_of
 from worker.logging import get_logger
@@ -26,6 +29,7 @@ from worker.stores import AuditTrail
 from worker.stores.durable import impatient
 
 TASK_OPTIONS: dict[str, Any] = {"bind": True}
+SAMPLE_CASE_IDS = 20  # named in the reconcile task's WARNING line
 
 
 def _delivery(task: Task) -> Delivery:
@@ -51,7 +55,14 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
                         f"(limit EVIDENCE_MAX_DELIVERIES={service.settings.max_deliveries})"
                     )
                     return summary(service.reject(bodies, error, delivery))
-            return summary(service.handle([(body, delivery) for body in bodies]))
+            return summary(
+                service.handle(
+                    [
+                        (body, dataclasses.replace(delivery, position=position))
+                        for position, body in enumerate(bodies)
+                    ]
+                )
+            )
         except TransientError as error:
             if task.request.called_directly:
                 raise
@@ -114,3 +125,29 @@ def canary(self: Task, sample: int | None = 1000, seed: int = 0) -> dict[str, in
     }
     log.info("evidence_coverage.canary", task_id=self.request.id, **counts)
     return counts
+
+
+@app.task(name=RECONCILE, bind=True)  # type: ignore[untyped-decorator]
+def reconcile(self: Task, older_than_seconds: int | None = None) -> dict[str, int]:
+    """Count published messages never recorded (for Celery beat): a gauge, and a WARNING
+    line naming some of them, while there are any; `evidence-worker reconcile` repairs."""
+    from worker.reconcile import cutoff
+
+    service = self.app.service()
+    seconds = older_than_seconds or service.settings.reconcile_older_than_seconds
+    before = cutoff(timedelta(seconds=seconds))
+    count = service.store.count_unrecorded(published_before=before)
+    service.metrics.ledger_unrecorded(count)
+    if count:
+        some = list(islice(service.store.unrecorded(published_before=before), SAMPLE_CASE_IDS))
+        get_logger().warning(
+            "evidence_coverage.unrecorded",
+            unrecorded=count,
+            older_than_seconds=seconds,
+            case_ids=[entry.case_id for entry in some],
+            why="published and neither recorded nor dead-lettered: lost on the way; "
+            "`evidence-worker reconcile --republish` sends them again",
+        )
+    else:
+        get_logger().info("evidence_coverage.reconcile", unrecorded=0, older_than_seconds=seconds)
+    return {"unrecorded": count}

@@ -15,6 +15,8 @@ NO_DB_99 = (
     f"{CONFIG}store redis://127.0.0.1:6379/99: the Redis server has no such database: {REDIS_HINT}"
 )
 
+LEDGER = "sqlite:///ledger.sqlite3"  # a publish ledger that is there
+
 CASES: dict[str, Case] = {
     "score Redis DB out of range": Case(
         ["score", RESULTS, "--store", "redis://127.0.0.1:6379/99"], NO_DB_99
@@ -45,7 +47,19 @@ CASES: dict[str, Case] = {
         ["publish", RESULTS],
         f"{CONFIG}EVIDENCE_BROKER_URL: redis://127.0.0.1:6379/99: the Redis server has no "
         f"such database: {REDIS_HINT}",
+        env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:6379/99", "EVIDENCE_STORE_URL": LEDGER},
+    ),
+    # The ledger is noted before the first send: its store answers first.
+    "publish ledger store Redis DB out of range": Case(
+        ["publish", RESULTS],
+        f"{CONFIG}store redis://127.0.0.1:6379/99: the Redis server has no such database: "
+        f"{REDIS_HINT}",
         env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:6379/99"},
+    ),
+    "reconcile Redis DB out of range": Case(
+        ["reconcile", "--store", "redis://127.0.0.1:6379/99"],
+        f"{CONFIG}store redis://127.0.0.1:6379/99: the Redis server has no such database: "
+        f"{REDIS_HINT}",
     ),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -92,6 +93,59 @@ def test_publish_validates_then_sends_one_score_task(
     [text] = task_args(envelope)
     assert isinstance(text, str)  # the JSON text: the worker validates it without a dict tree
     assert json.loads(text) == message_dict()
+
+
+def test_publish_notes_the_message_in_the_ledger_and_its_record_closes_it(
+    client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """The entry (task id, position 0, case ID, input hash, body) is there before a worker
+    takes the task; the worker's record of that task's message closes it."""
+    task_id = client.publish(message_dict(case_id="ledgered"))
+    future = datetime.now(UTC) + timedelta(hours=1)
+
+    [entry] = client.store.unrecorded(published_before=future)
+    model = AttributionResult.model_validate(message_dict(case_id="ledgered"))
+    assert (entry.task_id, entry.position, entry.case_id, entry.input_hash) == (
+        task_id,
+        0,
+        "ledgered",
+        input_hash(model),
+    )
+    assert AttributionResult.model_validate_json(entry.body) == model
+
+    process(model, store=client.store, policy=None, delivery=Delivery(task_id=task_id, position=0))
+
+    assert list(client.store.unrecorded(published_before=future)) == []
+
+
+def test_publish_batch_notes_each_message_at_its_position(
+    client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    task_id = client.publish_batch([message_dict(case_id=f"c{n}") for n in range(3)])
+
+    entries = client.store.unrecorded(published_before=datetime.now(UTC) + timedelta(hours=1))
+    assert [(e.task_id, e.position, e.case_id) for e in entries] == [
+        (task_id, n, f"c{n}") for n in range(3)
+    ]
+
+
+def test_no_ledger_with_a_time_to_live_of_zero(
+    redis_url: str, key_prefix: str, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    settings = Settings(
+        broker_url=BROKER_DB_URL,
+        store_url=redis_url,
+        key_prefix=key_prefix,
+        queue=f"{key_prefix}-queue",
+        ledger_ttl_seconds=0,
+    )
+    client = EvidenceClient(settings)
+    try:
+        client.publish(message_dict())
+        assert client.store.count_unrecorded(published_before=datetime.now(UTC)) == 0
+    finally:
+        client.close()
+        redis.Redis.from_url(BROKER_DB_URL).delete(settings.queue)
 
 
 def test_publish_rejects_an_invalid_message_before_sending(

@@ -17,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from contracts.records import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import BASE_MESSAGE, EXAMPLES, ROOT
 from tests.integration.worker_harness import (
     PRIORITY_SEP,
+    STORE_URL,
     Launcher,
     flush_queue,
     free_port,
@@ -36,6 +38,8 @@ from worker.cli import main
 from worker.cli.exit_codes import INVALID, OK
 from worker.constants import SCORE, SCORE_BATCH
 from worker.consumer import ENVELOPE_BYTES
+from worker.publishing import BATCH_ENVELOPE_BYTES
+from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +66,7 @@ class Sent:
     args: list[Any]
     kwargs: dict[str, Any]
     content_type: str
+    task_id: str
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,8 @@ def queued(queue: str) -> list[Sent]:
         envelope = json.loads(element)
         assert envelope["properties"]["body_encoding"] == "utf-8"  # JSON text, not base64
         args, kwargs, _embed = json.loads(envelope["body"])
-        sent.append(Sent(envelope["headers"]["task"], args, kwargs, envelope["content-type"]))
+        headers = envelope["headers"]
+        sent.append(Sent(headers["task"], args, kwargs, envelope["content-type"], headers["id"]))
     return sent
 
 
@@ -112,12 +118,22 @@ def queue() -> Iterator[str]:
 
 @pytest.fixture
 def publish(
-    queue: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    queue: str,
+    key_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> Callable[..., Run]:
-    """Run `evidence-worker publish ARGS` in this process (cli.main) against the test queue."""
+    """Run `evidence-worker publish ARGS` in this process (cli.main) against the test queue,
+    its ledger in the harness's store under the test's prefix."""
 
     def run(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None) -> Run:
-        settings = {"EVIDENCE_BROKER_URL": BROKER_URL, "EVIDENCE_QUEUE": queue, **(env or {})}
+        settings = {
+            "EVIDENCE_BROKER_URL": BROKER_URL,
+            "EVIDENCE_STORE_URL": STORE_URL,
+            "EVIDENCE_KEY_PREFIX": key_prefix,
+            "EVIDENCE_QUEUE": queue,
+            **(env or {}),
+        }
         for name, value in settings.items():
             monkeypatch.setenv(name, value)
         if stdin is not None:
@@ -133,11 +149,13 @@ def publish(
     return run
 
 
-def run_console(args: Sequence[str], *, queue: str, stdin: bytes = b"") -> Run:
+def run_console(args: Sequence[str], *, queue: str, key_prefix: str, stdin: bytes = b"") -> Run:
     """The installed console script in a subprocess, as a user runs it."""
     env = {
         **{key: value for key, value in os.environ.items() if not key.startswith("EVIDENCE_")},
         "EVIDENCE_BROKER_URL": BROKER_URL,
+        "EVIDENCE_STORE_URL": STORE_URL,
+        "EVIDENCE_KEY_PREFIX": key_prefix,
         "EVIDENCE_QUEUE": queue,
     }
     completed = subprocess.run(
@@ -182,9 +200,9 @@ def sized(message_dict: MessageFactory, size: int, case_id: str) -> str:
 
 
 def test_the_example_file_sends_each_valid_line_as_a_score_task_with_its_json_text(
-    queue: str,
+    queue: str, key_prefix: str
 ) -> None:
-    run = run_console([str(EXAMPLE)], queue=queue)
+    run = run_console([str(EXAMPLE)], queue=queue, key_prefix=key_prefix)
 
     assert run.code == INVALID, run.stderr
     assert run.stdout == ""
@@ -195,12 +213,28 @@ def test_the_example_file_sends_each_valid_line_as_a_score_task_with_its_json_te
     assert [task.args for task in sent] == [[line] for line in valid_example_lines()]
     assert all(isinstance(task.args[0], str) for task in sent)
     assert all(task.kwargs == {} and task.content_type == "application/json" for task in sent)
+    # Each is noted in the ledger under its task id before it was sent, with its text.
+    assert ledger_entries(key_prefix) == sorted(
+        (task.task_id, 0, json.loads(task.args[0])["case_id"], task.args[0]) for task in sent
+    )
 
 
-def test_dash_reads_stdin(queue: str, message_dict: MessageFactory) -> None:
+def ledger_entries(key_prefix: str) -> list[tuple[str, int, str, str]]:
+    """The open ledger entries under the test's prefix: (task id, position, case id, body)."""
+    store = RedisStore.from_url(STORE_URL, prefix=key_prefix)
+    try:
+        entries = store.unrecorded(published_before=datetime.now(UTC) + timedelta(hours=1))
+        return sorted((e.task_id, e.position, e.case_id, e.body) for e in entries)
+    finally:
+        store.close()
+
+
+def test_dash_reads_stdin(queue: str, key_prefix: str, message_dict: MessageFactory) -> None:
     lines = [json.dumps(message_dict(case_id=f"stdin-{n}")) for n in range(3)]
 
-    run = run_console(["-", "--batch", "2"], queue=queue, stdin="\n".join(lines).encode())
+    run = run_console(
+        ["-", "--batch", "2"], queue=queue, key_prefix=key_prefix, stdin="\n".join(lines).encode()
+    )
 
     assert run.code == OK, run.stderr
     assert run.stderr_lines == [summary(queue, 3, 2, 0)]
@@ -209,6 +243,13 @@ def test_dash_reads_stdin(queue: str, message_dict: MessageFactory) -> None:
         (SCORE_BATCH, [lines[:2]]),
         (SCORE_BATCH, [lines[2:]]),
     ]
+    assert ledger_entries(key_prefix) == sorted(
+        [
+            (sent[0].task_id, 0, "stdin-0", lines[0]),
+            (sent[0].task_id, 1, "stdin-1", lines[1]),
+            (sent[1].task_id, 0, "stdin-2", lines[2]),
+        ]
+    )
 
 
 # --- batching ---------------------------------------------------------------------------
@@ -230,6 +271,28 @@ def test_batch_sends_ceil_n_over_size_score_batch_tasks_in_order(
     assert all(len(task.args) == 1 and len(task.args[0]) <= size for task in sent)
     assert [task.args[0] for task in sent] == [
         valid[start : start + size] for start in range(0, len(valid), size)
+    ]
+
+
+def test_a_batch_is_cut_short_before_it_would_pass_the_batch_byte_limit(
+    publish: Callable[..., Run], queue: str, write_jsonl: Callable[..., Path]
+) -> None:
+    """The worker refuses a score_batch body over EVIDENCE_MAX_BATCH_BYTES whole: publish
+    never sends one, however large --batch is."""
+    messages = [{**BASE_MESSAGE, "case_id": f"sized-{n}"} for n in range(10)]
+    path = write_jsonl(messages)
+    lines = text_lines(path)
+    each = len(json.dumps(lines[0])) + 2
+    limit = BATCH_ENVELOPE_BYTES + 3 * each + 10  # room for three messages, not four
+
+    run = publish(str(path), "--batch", "100", env={"EVIDENCE_MAX_BATCH_BYTES": str(limit)})
+
+    assert run.code == OK, run.stderr
+    assert [task.args[0] for task in queued(queue)] == [
+        lines[0:3],
+        lines[3:6],
+        lines[6:9],
+        lines[9:10],
     ]
 
 
@@ -409,7 +472,7 @@ def test_an_unreadable_path_is_one_clear_line(
 def test_an_unreachable_broker_is_one_clear_line(publish: Callable[..., Run]) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
 
-    run = publish(str(EXAMPLE), env={"EVIDENCE_BROKER_URL": url})
+    run = publish(str(EXAMPLE), env={"EVIDENCE_BROKER_URL": url})  # the ledger is reachable
 
     assert run.code == INVALID
     assert len(run.stderr_lines) == 1

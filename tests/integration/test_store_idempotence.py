@@ -262,15 +262,18 @@ def test_process_many_again_for_the_same_task_gives_the_same_records(
 
 
 def test_write_ids_are_task_id_and_position_in_the_task() -> None:
-    """Each message's write id is its task ID and its position among that task's messages."""
+    """Each message's write id is its task ID and its position in the task's body, as the
+    task gives it, else counted among that task's messages here."""
     deliveries = [
         Delivery(task_id="a"),
         Delivery(task_id="b"),
         Delivery(task_id="a", redelivered=True),
         Delivery(line=4),
+        Delivery(task_id="c", position=3),  # positions 0-2 were rejected before scoring
+        Delivery(task_id="c"),
     ]
 
-    assert write_ids(deliveries) == ["a:0", "b:0", "a:1", None]
+    assert write_ids(deliveries) == ["a:0", "b:0", "a:1", None, "c:3", "c:4"]
 
 
 # --- SQLite ----------------------------------------------------------------------------------
@@ -294,15 +297,19 @@ def test_sqlite_expired_outcome_forgets_its_write_ids(tmp_path: Path) -> None:
         store.close()
 
 
-def test_sqlite_version_1_file_gains_the_writes_table(tmp_path: Path) -> None:
-    """A file of schema version 1 (no write ids) is brought up to date on open; its outcomes
-    take write ids from then on."""
+@pytest.mark.parametrize(("version", "tables"), [(1, ["writes", "ledger"]), (2, ["ledger"])])
+def test_sqlite_file_of_an_earlier_version_gains_the_tables_it_lacks(
+    tmp_path: Path, version: int, tables: list[str]
+) -> None:
+    """A file of schema version 1 (no write ids) or 2 (no publish ledger) is brought up to
+    date on open; its outcomes take write ids from then on, and their writes close entries."""
     path = tmp_path / "s.sqlite3"
     first = attempt(1)
     SQLiteStore(path).record(HASH, first, now=FIXED_NOW)
     with sqlite3.connect(path) as db:
-        db.execute("DROP TABLE writes")
-        db.execute("PRAGMA user_version = 1")
+        for table in tables:
+            db.execute(f"DROP TABLE {table}")
+        db.execute(f"PRAGMA user_version = {version}")
 
     store = SQLiteStore(path)
     try:
@@ -312,7 +319,8 @@ def test_sqlite_version_1_file_gains_the_writes_table(tmp_path: Path) -> None:
         assert recorded == again == Recorded(cache="hit", first=first)
         assert again.replayed
         with sqlite3.connect(path) as db:
-            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            assert db.execute("SELECT COUNT(*) FROM ledger").fetchone() == (0,)
     finally:
         store.close()
 

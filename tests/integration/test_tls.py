@@ -511,6 +511,7 @@ def test_publish_refuses_a_broker_it_cannot_verify(
     cli: Callable[..., Run],
     write_jsonl: Callable[..., Path],
     message_dict: Callable[..., dict[str, Any]],
+    tmp_path: Path,
     *,
     broker: str,
     ca: str,
@@ -518,6 +519,7 @@ def test_publish_refuses_a_broker_it_cannot_verify(
     """Nothing is sent to a broker whose certificate fails: exit 2, the problem named."""
     env = {
         "EVIDENCE_BROKER_URL": servers.redis_url(6) if broker == "rediss" else servers.amqps_url(),
+        "EVIDENCE_STORE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite3'}",  # a ledger that opens
         "EVIDENCE_QUEUE": f"tls-unsent-{uuid.uuid4().hex[:10]}",
     }
     if ca == "wrong":
@@ -592,3 +594,30 @@ def test_an_amqp_url_with_ssl_query_parameters_is_a_configuration_error(
         "cannot carry ssl_* query parameters: use amqps:// with EVIDENCE_TLS_CA_FILE "
         "(and EVIDENCE_TLS_CERT_FILE / EVIDENCE_TLS_KEY_FILE)\n"
     )
+
+
+@pytest.mark.parametrize("ca", ["wrong", "unset"])
+def test_publish_sends_nothing_when_its_ledger_store_fails_verification(
+    servers: Servers,
+    cli: Callable[..., Run],
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+    ca: str,
+) -> None:
+    """The ledger (the broker's Redis, as the worker's store) is written before any send: a
+    certificate it cannot verify stops the publish there, in one line."""
+    env = {
+        "EVIDENCE_BROKER_URL": servers.redis_url(6),
+        "EVIDENCE_QUEUE": f"tls-unsent-{uuid.uuid4().hex[:10]}",
+    }
+    if ca == "wrong":
+        env["EVIDENCE_TLS_CA_FILE"] = str(servers.certificates.other_ca)
+    path = write_jsonl([message_dict(case_id="ledger-unverified")])
+
+    run = cli("publish", str(path), env=env)
+
+    assert run.code == 2
+    assert run.stderr.startswith("evidence-worker: store unavailable: Redis unreachable: ")
+    assert run.stderr.endswith("; check --store or EVIDENCE_STORE_URL\n")
+    assert CERTIFICATE_FAILED in run.stderr
+    assert_no_password(run.stdout + run.stderr)

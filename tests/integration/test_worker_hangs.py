@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from kombu import Connection, Queue
 
 from contracts.records import REJECTED, SCORED
 from tests.integration import worker_harness as harness
@@ -31,8 +32,10 @@ from tests.integration.worker_harness import (
     queue_length,
     send_scores,
     unacked_count,
+    unacked_task_ids,
 )
 from worker.bench.launch import worker_command
+from worker.consumer import guard_redis_transport
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
@@ -269,3 +272,42 @@ def test_an_item_that_is_not_a_message_waits_out_a_store_outage_unacknowledged(
     finally:
         store.close()
     assert unacked_on(queue) == 0
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_channel_closed_after_its_transport_leaves_its_messages_for_the_sweep(
+    queue: str, guarded: bool
+) -> None:
+    """kombu's order when the consumer restarts after a lost broker: the transport is closed,
+    then the channel, whose QoS asks the detached transport for a client to requeue what it
+    holds, and an ack scheduled before runs after. kombu's own channel raises AttributeError
+    in both, out of the event loop, and the worker exits; ours raises the connection error
+    kombu and Celery handle, and the message stays in the unacked hash for the sweep."""
+    with Connection(BROKER_URL) as connection:
+        if guarded:
+            guard_redis_transport(connection.transport)
+        channel = connection.channel()
+        producer = connection.Producer(channel)
+        producer.publish(
+            {"held": True}, routing_key=queue, declare=[Queue(queue)], headers={"id": "held"}
+        )
+        message = channel.basic_get(queue, no_ack=False)
+        assert message is not None
+        connection.transport.client = None  # what closing the transport does
+
+        if guarded:
+            with pytest.raises(redis.ConnectionError, match="the broker connection is closed"):
+                channel.close()
+            assert unacked_task_ids(BROKER_URL, queue) == ["held"]
+            # An ack the event loop runs after the channel is gone: what Celery logs as
+            # "Couldn't ack" and goes on.
+            channel.connection = None
+            with pytest.raises(redis.ConnectionError, match="the broker connection is closed"):
+                message.ack()
+        else:
+            with pytest.raises(AttributeError, match="hostname"):
+                channel.close()
+            channel.connection = None
+            with pytest.raises(AttributeError, match="client"):
+                message.ack()
+        assert unacked_task_ids(BROKER_URL, queue) == ["held"]

@@ -37,6 +37,7 @@ NO_STORE = (
     "EVIDENCE_STORE_URL to the store `score` or the worker wrote to)"
 )
 REFUSED = "Error 111 connecting to 127.0.0.1:1. Connection refused"
+LEDGER_DB = "sqlite:///ledger.sqlite3"  # a publish ledger that is there, in the run's directory
 NOT_UTF8_POLICY = (
     f"{CONFIG}policy file binary.toml is not UTF-8 text (invalid start byte at byte 18): "
     "save it as UTF-8"
@@ -353,7 +354,18 @@ CASES: dict[str, Case] = {
     "publish broker unreachable": Case(
         ["publish", RESULTS],
         f"{PROG}: broker unreachable ({REFUSED}.); check EVIDENCE_BROKER_URL",
+        env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:1/0", "EVIDENCE_STORE_URL": LEDGER_DB},
+    ),
+    "publish ledger store unreachable (noted before the send)": Case(
+        ["publish", RESULTS],
+        f"{PROG}: store unavailable: Redis unreachable: {REFUSED}; check --store or "
+        "EVIDENCE_STORE_URL",
         env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:1/0"},
+    ),
+    "publish --store unknown scheme": Case(
+        ["publish", RESULTS, "--store", "foo://x"],
+        f"{CONFIG}unknown store scheme 'foo' in store URL (EVIDENCE_STORE_URL or --store): "
+        f"{STORE_HINT}",
     ),
     "publish PATH missing": Case(
         ["publish", "missing.jsonl"],
@@ -364,6 +376,22 @@ CASES: dict[str, Case] = {
         ["publish", RESULTS, "--batch", "0"],
         usage("publish", "argument --batch: must be at least 1, got 0"),
         usage=True,
+    ),
+    # --- reconcile --------------------------------------------------------------------------
+    "reconcile --older-than not a duration": Case(
+        ["reconcile", "--older-than", "ten minutes"],
+        usage(
+            "reconcile",
+            "argument --older-than: 'ten minutes' is not a duration: use seconds (90) or a "
+            "number with s, m, h or d (10m)",
+        ),
+        usage=True,
+    ),
+    "reconcile store unreachable": Case(
+        ["reconcile"],
+        f"{PROG}: store unavailable: Redis unreachable: {REFUSED}; check --store or "
+        "EVIDENCE_STORE_URL",
+        env={"EVIDENCE_STORE_URL": "redis://127.0.0.1:1/0"},
     ),
     # --- bench (the cheap refusals, before any worker starts) --------------------------------
     "bench unknown phase": Case(

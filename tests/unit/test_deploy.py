@@ -11,6 +11,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import tomllib
 import warnings
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ METRIC_NAMES = {
     "evidence_coverage_nondeterminism_alerts_total",
     "evidence_coverage_rejected_total",
     "evidence_coverage_store_unavailable",
+    "evidence_coverage_ledger_unrecorded",
     *(f"evidence_coverage_scoring_seconds{suffix}" for suffix in ("_bucket", "_sum", "_count")),
 }
 HEALTH_DESTINATION = "celery@$HOSTNAME"
@@ -50,13 +52,18 @@ HEALTH_DESTINATION = "celery@$HOSTNAME"
 # Readers -------------------------------------------------------------------------------------
 
 
+def procfile(name: str) -> list[str]:
+    """A Procfile line's command as argv."""
+    for line in (ROOT / "Procfile").read_text(encoding="utf-8").splitlines():
+        process, _, command = line.partition(":")
+        if process.strip() == name:
+            return shlex.split(command)
+    raise AssertionError(f"Procfile has no {name} line")
+
+
 def procfile_worker() -> list[str]:
     """The Procfile's worker command as argv."""
-    for line in (ROOT / "Procfile").read_text(encoding="utf-8").splitlines():
-        name, _, command = line.partition(":")
-        if name.strip() == "worker":
-            return shlex.split(command)
-    raise AssertionError("Procfile has no worker line")
+    return procfile("worker")
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
@@ -366,6 +373,35 @@ def test_compose_worker_builds_deploy_dockerfile_and_uses_redis() -> None:
     for name in ("EVIDENCE_BROKER_URL", "EVIDENCE_STORE_URL"):
         assert urlsplit(worker["environment"][name]).hostname == "redis"
     assert worker["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_compose_beat_is_the_procfile_beat_line_on_the_worker_s_broker_and_store() -> None:
+    services = compose()["services"]
+    beat, worker = services["beat"], services["worker"]
+    assert beat["command"] == procfile("beat")
+    assert beat["image"] == worker["image"]
+    for name in ("EVIDENCE_BROKER_URL", "EVIDENCE_STORE_URL"):
+        assert beat["environment"][name] == worker["environment"][name]
+    # beat writes its schedule file, and the root filesystem is read-only
+    assert procfile("beat")[-2:] == ["--schedule", "/tmp/celerybeat-schedule"]
+    assert beat["tmpfs"] == ["/tmp"]
+
+
+def test_procfile_beat_command_is_valid_for_installed_celery() -> None:
+    """Celery's own parser accepts the beat line, and it schedules the reconcile task."""
+    from worker.app import app
+
+    command = procfile("beat")
+    assert command[:4] == ["celery", "-A", "worker.app", "beat"]
+    assert app.conf.beat_schedule["evidence-reconcile"]["task"] == "evidence_coverage.reconcile"
+    run = subprocess.run(
+        [sys.executable, "-m", "celery", *command[1:], "--help"],
+        capture_output=True,
+        check=False,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr.decode()
 
 
 def test_compose_flower_is_optional() -> None:

@@ -317,6 +317,31 @@ def stdlib_stream() -> Iterator[io.StringIO]:
         logging.getLogger(name).setLevel(level)
 
 
+def test_a_stdlib_error_s_traceback_is_in_opentelemetry_exception_fields(
+    stdlib_stream: io.StringIO,
+) -> None:
+    """Celery's "Unrecoverable error" carries exc_info: the JSON line must say where."""
+
+    def fail() -> None:
+        raise AttributeError("'NoneType' object has no attribute 'hostname'")
+
+    try:
+        fail()
+    except AttributeError as error:
+        logging.getLogger("celery.worker").critical("Unrecoverable error: %r", error, exc_info=True)
+
+    (line,) = lines_of(stdlib_stream)
+    assert "exc_info" not in line
+    assert (line["exception.type"], line["exception.message"]) == (
+        "AttributeError",
+        "'NoneType' object has no attribute 'hostname'",
+    )
+    stack = line["exception.stacktrace"]
+    assert stack.startswith("Traceback (most recent call last):\n")
+    assert "in fail\n" in stack
+    assert stack.endswith("AttributeError: 'NoneType' object has no attribute 'hostname'\n")
+
+
 def test_stdlib_warning_is_a_json_line(stdlib_stream: io.StringIO) -> None:
     """A stdlib warning (e.g. kombu's) renders as one JSON line led by timestamp/level/event."""
     logging.getLogger("kombu.connection").warning("broker connection lost")

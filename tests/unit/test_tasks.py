@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import fakeredis
@@ -30,10 +30,10 @@ from worker.errors import TransientError
 from worker.logging import get_logger
 from worker.service import Service
 from worker.settings import Settings
-from worker.stores import Recorded
+from worker.stores import LedgerEntry, Recorded
 from worker.stores.durable import DurableStore
 from worker.stores.redis import RedisStore
-from worker.tasks import score, score_batch
+from worker.tasks import reconcile, score, score_batch
 
 MessageFactory = Callable[..., dict[str, Any]]
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
@@ -42,6 +42,7 @@ UNKNOWN_ID_REASON = (
 )
 MAX_DELIVERIES = 2
 STORE_WINDOW_SECONDS = 30.0
+LATER = datetime.now(UTC) + timedelta(hours=1)
 
 
 class FlakyStore(RedisStore):
@@ -113,7 +114,7 @@ def runtime(store: FlakyStore, fake_time: FakeTime) -> Iterator[Service]:
 
 def run(
     task: Task, argument: Any, *, task_id: str = "task-1", redelivered: bool = False
-) -> tuple[list[dict[str, Any]], list[MutableMapping[str, Any]]]:
+) -> tuple[Any, list[MutableMapping[str, Any]]]:
     """Run a task's body as the worker would for one delivery; return (result, log entries)."""
     task.push_request(id=task_id, delivery_info={"redelivered": redelivered}, retries=0)
     try:
@@ -244,6 +245,64 @@ def test_score_batch_records_each_message_in_order(message_dict: MessageFactory)
         ("evidence_coverage.scored", "refund-001", "hit"),
     ]
     assert [summary["status"] for summary in result] == ["scored", "invalid", "scored"]
+
+
+def test_a_batch_closes_each_message_s_ledger_entry_by_its_position(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """The records close positions 0 and 2, the dead letter of the bad message position 1."""
+    bodies = [message_dict(case_id="a"), {"case_id": "broken"}, message_dict(case_id="c")]
+    store.note_published(
+        [
+            LedgerEntry(
+                task_id="task-1",
+                position=n,
+                case_id=str(body["case_id"]),
+                input_hash="0" * 64,
+                published_at=datetime.now(UTC),
+                body=json.dumps(body),
+            )
+            for n, body in enumerate([*bodies, message_dict(case_id="in another task")])
+        ]
+    )
+
+    run(score_batch, bodies)
+
+    assert [(e.task_id, e.position) for e in store.unrecorded(published_before=LATER)] == [
+        ("task-1", 3)  # noted, never delivered: the one a broker lost
+    ]
+    (letter,) = store.dead_letters()
+    assert (letter.task_id, letter.position) == ("task-1", 1)
+
+
+def test_a_poison_task_s_dead_letters_close_every_entry_of_it(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    bodies = [message_dict(case_id="a"), message_dict(case_id="b")]
+    for _ in range(MAX_DELIVERIES):  # scored (their records close the entries noted before)
+        run(score_batch, bodies, task_id="poison", redelivered=True)
+    store.note_published(
+        [
+            LedgerEntry(
+                task_id="poison",
+                position=n,
+                case_id=f"c{n}",
+                input_hash="0" * 64,
+                published_at=datetime.now(UTC),
+                body="{}",
+            )
+            for n in range(2)
+        ]
+    )
+
+    _, logs = run(score_batch, bodies, task_id="poison", redelivered=True)
+
+    assert [entry["event"] for entry in logs] == ["evidence_coverage.rejected"] * 2
+    assert list(store.unrecorded(published_before=LATER)) == []
+    assert [(letter.task_id, letter.position) for letter in store.dead_letters()] == [
+        ("poison", 0),
+        ("poison", 1),
+    ]
 
 
 def test_score_batch_rejects_an_argument_that_is_not_a_list(
@@ -645,3 +704,66 @@ def test_redeliveries_during_an_outage_do_not_count_towards_the_poison_limit(
 
     assert result[0]["status"] == "scored"
     assert store.dead_letters() == []
+
+
+# The beat's reconcile task
+
+
+def test_reconcile_task_counts_and_names_messages_never_recorded(store: FlakyStore) -> None:
+    now = datetime.now(UTC)
+    store.note_published(
+        [
+            LedgerEntry(
+                task_id=f"t{n}",
+                position=0,
+                case_id=f"lost-{n}",
+                input_hash="0" * 64,
+                published_at=now - timedelta(minutes=minutes),
+                body="{}",
+            )
+            for n, minutes in enumerate([30, 20, 1])  # the last is still young
+        ]
+    )
+
+    result, logs = run(reconcile, 600)
+
+    assert result == {"unrecorded": 2}
+    assert logs == [
+        {
+            "event": "evidence_coverage.unrecorded",
+            "log_level": "warning",
+            "unrecorded": 2,
+            "older_than_seconds": 600,
+            "case_ids": ["lost-0", "lost-1"],
+            "why": "published and neither recorded nor dead-lettered: lost on the way; "
+            "`evidence-worker reconcile --republish` sends them again",
+        }
+    ]
+
+
+def test_reconcile_task_with_nothing_unrecorded_logs_info(store: FlakyStore) -> None:
+    result, logs = run(reconcile, None)  # the settings' default age
+
+    assert result == {"unrecorded": 0}
+    assert logs == [
+        {
+            "event": "evidence_coverage.reconcile",
+            "log_level": "info",
+            "unrecorded": 0,
+            "older_than_seconds": 600,
+        }
+    ]
+
+
+def test_the_beat_schedule_runs_reconcile_every_five_minutes_for_ten_minute_old_entries() -> None:
+    assert celery_config(Settings())["beat_schedule"] == {
+        "evidence-reconcile": {
+            "task": "evidence_coverage.reconcile",
+            "schedule": 300.0,
+            "kwargs": {"older_than_seconds": 600},
+        }
+    }
+    custom = Settings(reconcile_every_seconds=60, reconcile_older_than_seconds=3600)
+    assert celery_config(custom)["beat_schedule"]["evidence-reconcile"]["kwargs"] == {
+        "older_than_seconds": 3600
+    }

@@ -27,10 +27,13 @@ from typing import Any
 
 import redis
 
+from contracts import AttributionResult, input_hash
 from worker.app import create_app
 from worker.bench.launch import worker_command
 from worker.constants import NOOP, SCORE, SCORE_BATCH
+from worker.publishing import NOTE_CHUNK, Outgoing, new_task_id, send_noted
 from worker.settings import Settings
+from worker.stores import LedgerEntry, open_store
 
 PHASES = ("noop", "score", "batch")
 RATIOS = {"ratio_score_to_noop": ("score", "noop"), "ratio_batch_to_score": ("batch", "score")}
@@ -165,6 +168,8 @@ class Bench:
             if config.broker_url.startswith(("redis://", "rediss://"))
             else None
         )
+        # The workers' store, which keeps the publish ledger (the settings' store URL).
+        self.ledger = open_store(self.settings.result_store_url, self.settings)
 
     def run(self) -> list[PhaseResult]:
         results = []
@@ -201,9 +206,41 @@ class Bench:
         )
 
     def _publish(self, phase: str, queue: str, start: int, count: int) -> None:
+        """As `publish` sends: scoring tasks noted in the ledger first (which the worker's
+        record then closes), a chunk at a time; no-op tasks bare, as the floor."""
+        ledger = self.ledger if phase != "noop" else None
         with self.app.producer_or_acquire() as producer:
+            chunk: list[Outgoing] = []
             for payload in self._payloads(phase, start, count):
-                self.app.send_task(TASKS[phase], args=[payload], queue=queue, producer=producer)
+                chunk.append(self._outgoing(phase, payload))
+                if len(chunk) * (self.config.batch_size if phase == "batch" else 1) >= NOTE_CHUNK:
+                    send_noted(self.app, chunk, queue=queue, ledger=ledger, producer=producer)
+                    chunk = []
+            send_noted(self.app, chunk, queue=queue, ledger=ledger, producer=producer)
+
+    def _outgoing(self, phase: str, payload: Any) -> Outgoing:
+        """A task and the ledger entries of its messages that `publish` would send (the
+        schema-invalid ones it would refuse have none)."""
+        task_id = new_task_id()
+        texts = payload if isinstance(payload, list) else [payload]
+        now = datetime.now(UTC)
+        entries = []
+        for position, text in enumerate(texts):
+            try:
+                message = AttributionResult.model_validate_json(text)
+            except ValueError:
+                continue
+            entries.append(
+                LedgerEntry(
+                    task_id=task_id,
+                    position=position,
+                    case_id=message.case_id,
+                    input_hash=input_hash(message),
+                    published_at=now,
+                    body=text,
+                )
+            )
+        return Outgoing(task_id, TASKS[phase], payload, entries)
 
     def _queue_size(self, queue: str) -> int:
         """Tasks waiting in `queue` (unacked ones not included)."""
@@ -371,6 +408,7 @@ class Bench:
         return latencies
 
     def _cleanup(self) -> None:
+        self.ledger.close()
         client = self._redis
         if client is None:
             return

@@ -12,7 +12,18 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
-from worker.cli import alerts, bench, canary, gate, publish, report, schema, score, show
+from worker.cli import (
+    alerts,
+    bench,
+    canary,
+    gate,
+    publish,
+    reconcile,
+    report,
+    schema,
+    score,
+    show,
+)
 from worker.cli.common import PROG, HelpfulParser
 from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
 from worker.errors import ConfigurationError, InputError, TransientError
@@ -21,7 +32,7 @@ if TYPE_CHECKING:
     from worker.settings import Settings
 
 Handler = Callable[[argparse.Namespace, "Settings"], int]
-MODULES = (score, gate, show, alerts, publish, bench, report, canary, schema)
+MODULES = (score, gate, show, alerts, publish, reconcile, bench, report, canary, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Explainable evidence-coverage scores: score, gate, inspect.",
         epilog="Exit codes: 0 ok, 1 policy failures, 2 invalid input or rows (also "
-        "configuration and usage errors), 3 nondeterminism detected; the highest applies. "
+        "configuration and usage errors), 3 nondeterminism detected (reconcile: messages "
+        "never recorded); the highest applies. "
         f"130 when interrupted, 141 when the reader of the output goes away (| head). "
         f"Run '{PROG} COMMAND --help' for a command's options.",
     )

@@ -129,7 +129,7 @@ def store_url(args: argparse.Namespace, settings: Settings) -> str:
 def existing_store(args: argparse.Namespace, settings: Settings) -> Iterator[ResultStore]:
     """The store a reading command looks in, closed afterwards; a SQLite file that is not
     there is an error, not a new empty store that would report "nothing recorded"."""
-    from worker.stores import SQLITE_PREFIX, open_store
+    from worker.stores import SQLITE_PREFIX
 
     url = store_url(args, settings)
     path = Path(url.removeprefix(SQLITE_PREFIX))
@@ -138,6 +138,25 @@ def existing_store(args: argparse.Namespace, settings: Settings) -> Iterator[Res
             f"no store at {display_path(path)}: nothing has been recorded there (pass --store "
             "or set EVIDENCE_STORE_URL to the store `score` or the worker wrote to)"
         )
+    with opened_store(url, settings) as store:
+        yield store
+
+
+def add_worker_store_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        type=STORE_URL,
+        help=f"{what}: the workers' store (default: $EVIDENCE_STORE_URL, else the broker's "
+        "Redis, as the worker)",
+    )
+
+
+@contextmanager
+def opened_store(url: str, settings: Settings) -> Iterator[ResultStore]:
+    """The store at `url`, its errors said in one line (store_errors), closed afterwards."""
+    from worker.stores import open_store
+
     with store_errors(url):
         store = open_store(url, settings)
         try:

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import ExitStack
 from typing import Any
 
-from worker.cli.common import PROG, add_path, describe, positive_int, source_name
+from worker.cli.common import (
+    PROG,
+    add_path,
+    add_worker_store_option,
+    describe,
+    opened_store,
+    positive_int,
+    source_name,
+)
 from worker.cli.exit_codes import INVALID, OK
 from worker.errors import ConfigurationError, InputError
 from worker.inputs import JsonLines
@@ -28,10 +37,13 @@ def register(commands: Any) -> None:
             "evidence_coverage.score task (or score_batch with --batch N). Invalid lines are "
             "reported on stderr and not sent (exit 2). Broker: $EVIDENCE_BROKER_URL "
             "(default redis://localhost:6379/0); queue: $EVIDENCE_QUEUE "
-            "(default attribution-results).",
+            "(default attribution-results). Each message is first noted in the publish ledger "
+            "of the workers' store, which the worker's record closes, so that `reconcile` finds "
+            "any message a broker loses (EVIDENCE_LEDGER_TTL_SECONDS=0 turns it off).",
         ),
     )
     add_path(parser)
+    add_worker_store_option(parser, "where messages are noted in the publish ledger")
     parser.add_argument(
         "--batch",
         type=positive_int,
@@ -53,14 +65,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     app = create_app(settings)
     bound_broker_waits(app.conf)
     try:
-        result = publish_lines(
-            source,
-            app=app,
-            queue=settings.queue,
-            batch_size=args.batch,
-            max_message_bytes=settings.max_message_bytes,
-            on_progress=lambda sent: progress.tick(sent - progress.count),
-        )
+        with ExitStack() as stack:
+            ledger = None
+            if settings.ledger_ttl_seconds > 0:
+                url = args.store or settings.result_store_url
+                ledger = stack.enter_context(opened_store(url, settings))
+            result = publish_lines(
+                source,
+                app=app,
+                queue=settings.queue,
+                batch_size=args.batch,
+                max_message_bytes=settings.max_message_bytes,
+                max_batch_bytes=settings.max_batch_bytes,
+                ledger=ledger,
+                on_progress=lambda sent: progress.tick(sent - progress.count),
+            )
     except OperationalError as error:
         if "DB index is out of range" not in str(error):
             raise  # the broker is down or refuses us: main() says so in one line

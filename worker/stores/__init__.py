@@ -17,6 +17,7 @@ from worker.stores.base import (
     classify,
     outcome_json,
 )
+from worker.stores.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from worker.settings import Settings
@@ -25,6 +26,8 @@ __all__ = [
     "AuditTrail",
     "DeadLetter",
     "History",
+    "Ledger",
+    "LedgerEntry",
     "OutcomeStore",
     "Recorded",
     "ResultStore",
@@ -51,6 +54,7 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             max_attempts_per_hash=settings.max_attempts_per_hash,
             ttl_seconds=settings.result_ttl_seconds,
             dead_letter_max_bytes=settings.dead_letter_max_bytes,
+            ledger_ttl_seconds=settings.ledger_ttl_seconds,
         )
     if url.startswith(("redis://", "rediss://", "unix://")):
         from worker.settings import redis_db
@@ -69,6 +73,7 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             max_attempts_per_hash=settings.max_attempts_per_hash,
             ttl_seconds=settings.result_ttl_seconds,
             dead_letter_max_bytes=settings.dead_letter_max_bytes,
+            ledger_ttl_seconds=settings.ledger_ttl_seconds,
         )
     scheme, separator, _ = url.partition(":")
     if scheme == "sqlite":

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
+from worker.stores.ledger import Ledger
 
 
 class Recorded:
@@ -90,6 +91,8 @@ class DeadLetter(BaseModel):
     error: str
     body: str
     task_id: str | None = None
+    # The message's place in its task (None: the whole task body, as the consumer rejects it).
+    position: int | None = None
     body_sha256: str | None = None  # hex SHA-256 of the whole body's UTF-8 bytes
     body_bytes: int | None = None  # the whole body's size in UTF-8 bytes
     truncated: bool = False  # True when `body` is only the first bytes of it
@@ -179,7 +182,8 @@ class OutcomeStore(Protocol):
     max_attempts_per_hash attempts per hash, with the outcome and for as long; a write whose
     id it finds there is a retry of a write that landed (the reply was lost, or the worker died
     before the ack), so it writes nothing and returns the original Recorded, marked
-    `replayed`. Without an id (None) every write is a new attempt.
+    `replayed`. Without an id (None) every write is a new attempt. A write id also closes the
+    publish ledger's entry under that id (worker/stores/ledger.py), in the same call.
     """
 
     def record(
@@ -220,8 +224,9 @@ class AuditTrail(Protocol):
         ...
 
     def dead_letter(self, *letters: DeadLetter) -> None:
-        """Keep each letter, its body cut by DeadLetter.bounded(), in a bounded list; one
-        round trip however many there are."""
+        """Keep each letter, its body cut by DeadLetter.bounded(), in a bounded list, and
+        close the publish ledger's entry of each letter's task and position (every entry of
+        the task when its position is None); one round trip however many there are."""
         ...
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]: ...
@@ -233,5 +238,6 @@ class AuditTrail(Protocol):
     def close(self) -> None: ...
 
 
-class ResultStore(OutcomeStore, AuditTrail, Protocol):
-    """Both halves on one backend, as the worker and the CLI open it (see open_store)."""
+class ResultStore(OutcomeStore, AuditTrail, Ledger, Protocol):
+    """All three on one backend, as the worker and the CLI open it (see open_store): the
+    ledger must be where the outcomes are, as a record write closes its entry."""

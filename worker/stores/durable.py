@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any, TypeVar
 
 from contracts import Alert, Attempt
 from worker.errors import TransientError
 from worker.stores.base import DeadLetter, History, Recorded, ResultStore
+from worker.stores.ledger import LedgerEntry
 
 T = TypeVar("T")
 
@@ -102,6 +104,12 @@ class DurableStore:
     def count_delivery(self, task_id: str) -> int:
         return self._write(lambda: self.inner.count_delivery(task_id))
 
+    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+        self._write(lambda: self.inner.note_published(entries))
+
+    def close_entries(self, write_ids: Sequence[str]) -> None:
+        self._write(lambda: self.inner.close_entries(write_ids))
+
     # Reads: as the store answers them.
 
     def history(self, *args: Any, **kwargs: Any) -> History | None:
@@ -118,6 +126,12 @@ class DurableStore:
 
     def dead_letters(self, *args: Any, **kwargs: Any) -> list[DeadLetter]:
         return self.inner.dead_letters(*args, **kwargs)
+
+    def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
+        return self.inner.unrecorded(published_before=published_before)
+
+    def count_unrecorded(self, *, published_before: datetime) -> int:
+        return self.inner.count_unrecorded(published_before=published_before)
 
     def close(self) -> None:
         self.inner.close()

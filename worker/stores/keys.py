@@ -43,3 +43,16 @@ def dead_letters_key(prefix: str) -> str:
 def deliveries_key(prefix: str, task_id: str) -> str:
     """INTEGER: how often a redelivered task id has been seen; expires after a day."""
     return f"{prefix}:deliveries:{task_id}"
+
+
+def ledger_key(prefix: str) -> str:
+    """SORTED SET of open publish-ledger entries: member the write id (task ID:position),
+    score the publish time in milliseconds since the epoch (worker/stores/ledger.py)."""
+    return f"{prefix}:ledger"
+
+
+def ledger_task_key(prefix: str, task_id: str) -> str:
+    """HASH of one task's open ledger entries: field the message's position, value the
+    LedgerEntry JSON; expires after EVIDENCE_LEDGER_TTL_SECONDS. Redis deletes it when its
+    last entry is closed."""
+    return f"{prefix}:ledger:task:{task_id}"

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import redis
-from pydantic import BaseModel
 from pydantic_core import to_json
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
@@ -15,7 +14,7 @@ from redis.exceptions import NoScriptError
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
 from worker.errors import ConfigurationError, TransientError
-from worker.settings import DEAD_LETTER_MAX_BYTES, REDIS_URL_HINT, masked_url
+from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS, REDIS_URL_HINT, masked_url
 from worker.stores.attempts import Expander, script_args
 from worker.stores.base import ALERT_CLOCK_MARGIN, DeadLetter, History, Recorded, newest_since
 from worker.stores.keys import (
@@ -24,8 +23,11 @@ from worker.stores.keys import (
     dead_letters_key,
     deliveries_key,
     hash_from_outcome_key,
+    ledger_key,
+    ledger_task_key,
     outcome_key,
 )
+from worker.stores.redis_ledger import RedisLedger
 
 MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
@@ -33,7 +35,8 @@ DELIVERY_COUNT_TTL_SECONDS = 86_400
 SCAN_BATCH = 500
 ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in time
 
-# KEYS: the alert stream, then the outcome hash and attempts list of each attempt in turn.
+# KEYS: the alert stream, the publish ledger, then the outcome hash, attempts list and ledger
+# task hash of each attempt in turn.
 # ARGV: attempt bound, ttl (0: none), alert stream bound, the time as JSON (an alert's
 # raised_at), then per attempt its script_args() (case ID, task ID and time as JSON values,
 # outcome_json(), outcome_members(), shared_json()) and its write id ('' for none).
@@ -52,11 +55,14 @@ ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in ti
 # Write ids (keys.outcome_key): attempt number n belongs to generation (n - 1) // bound, kept
 # as field prefix w0: or w1: by its parity; as a generation starts, the one two before it is
 # dropped, so the ids of at least the newest `bound` attempts are known.
+# A write id closes its publish ledger entry (keys.ledger_key) after the attempt's writes,
+# replayed or not: deleting is allowed at maxmemory, so it must not come before a write that
+# could fail, or a message not yet recorded would lose its entry.
 RECORD_LUA = """
 local bound, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local generation_size = math.max(bound, 1)
 local max_alerts, raised_at = ARGV[3], ARGV[4]
-local alerts_key = KEYS[1]
+local alerts_key, ledger_key = KEYS[1], KEYS[2]
 local replies = {}
 
 local function whole(case_id, task_id, recorded_at, outcome_members, shared)
@@ -74,8 +80,14 @@ local function forget(outcome_key, generation)
   end
 end
 
-for i = 1, (#KEYS - 1) / 2 do
-  local outcome_key, attempts_key = KEYS[2 * i], KEYS[2 * i + 1]
+local function close(task_key, write)
+  redis.call('ZREM', ledger_key, write)
+  local position = string.match(write, ':(%d+)$')
+  if position then redis.call('HDEL', task_key, position) end
+end
+
+for i = 1, (#KEYS - 2) / 3 do
+  local outcome_key, attempts_key, task_key = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
   local at = 4 + 7 * (i - 1)
   local case_id, task_id, recorded_at = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local outcome, outcome_members, shared = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
@@ -139,6 +151,7 @@ for i = 1, (#KEYS - 1) / 2 do
       redis.call('EXPIRE', attempts_key, ttl)
     end
   end
+  if write ~= '' then close(task_key, write) end
 end
 return replies
 """
@@ -149,7 +162,7 @@ ATTEMPTS_PER_CALL = 200
 T = TypeVar("T")
 
 
-class RedisStore:
+class RedisStore(RedisLedger):
     """ResultStore on one Redis server (keys carry per-hash tags, see keys.py)."""
 
     def __init__(
@@ -161,8 +174,10 @@ class RedisStore:
         ttl_seconds: int | None = None,
         name: str | None = None,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
+        ledger_ttl_seconds: int = LEDGER_TTL_SECONDS,
     ) -> None:
         self.client = client
+        self.ledger_ttl_seconds = ledger_ttl_seconds
         # How messages name the store: its URL without the password.
         self.name = name or f"redis database {client.connection_pool.connection_kwargs.get('db')}"
         self.prefix = prefix
@@ -231,11 +246,11 @@ class RedisStore:
             MAX_ALERTS,
             to_json(now).decode(),  # raised_at, as pydantic writes it in a whole Alert
         ]
-        alerts = alerts_key(self.prefix)
+        shared_keys = [alerts_key(self.prefix), ledger_key(self.prefix)]
         calls = []
         for start in range(0, len(items), ATTEMPTS_PER_CALL):
             end = start + ATTEMPTS_PER_CALL
-            keys: list[str] = [alerts]
+            keys: list[str] = list(shared_keys)
             args: list[Any] = list(head)
             for (input_hash, attempt), write_id in zip(
                 items[start:end], ids[start:end], strict=True
@@ -243,6 +258,7 @@ class RedisStore:
                 keys += (
                     outcome_key(self.prefix, input_hash),
                     attempts_key(self.prefix, input_hash),
+                    ledger_task_key(self.prefix, (write_id or "").rpartition(":")[0]),
                 )
                 args += script_args(attempt)
                 args.append(write_id or "")
@@ -303,13 +319,6 @@ class RedisStore:
         first = Attempt.model_validate_json(reply[1])
         alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
         return Recorded(cache="conflict", first=first, alert=alert)
-
-    def _append(self, key: str, field: str, entries: Sequence[BaseModel], *, maxlen: int) -> None:
-        """XADD each entry's JSON to a bounded stream, in order, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for entry in entries:
-            pipe.xadd(key, {field: entry.model_dump_json()}, maxlen=maxlen, approximate=True)
-        pipe.execute()
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         pattern = outcome_key(self.prefix, "*")
@@ -397,13 +406,22 @@ class RedisStore:
         return int(self._call(lambda: self.client.xlen(alerts_key(self.prefix))))
 
     def dead_letter(self, *letters: DeadLetter) -> None:
-        if letters:
-            bounded = [letter.bounded(self.dead_letter_max_bytes) for letter in letters]
-            self._call(
-                lambda: self._append(
-                    dead_letters_key(self.prefix), "letter", bounded, maxlen=MAX_DEAD_LETTERS
+        if not letters:
+            return
+
+        def run() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            for letter in letters:
+                pipe.xadd(
+                    dead_letters_key(self.prefix),
+                    {"letter": letter.bounded(self.dead_letter_max_bytes).model_dump_json()},
+                    maxlen=MAX_DEAD_LETTERS,
+                    approximate=True,
                 )
-            )
+            self._close_calls(pipe, self._closes_of(letters))
+            pipe.execute()
+
+        self._call(run)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         return [

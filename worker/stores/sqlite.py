@@ -11,7 +11,7 @@ from pathlib import Path
 
 from contracts import Alert, Attempt
 from worker.errors import ConfigurationError
-from worker.settings import DEAD_LETTER_MAX_BYTES
+from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS
 from worker.stores.attempts import Expander, entry, same_shared_fields, shared_json, whole
 from worker.stores.base import (
     DeadLetter,
@@ -21,11 +21,13 @@ from worker.stores.base import (
     newest_since,
     outcome_json,
 )
+from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
 
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
 # keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry;
-# version 2 adds `writes` (an empty table for a file of version 1: every write to it is new).
-SCHEMA_VERSION = 2
+# version 2 adds `writes` (an empty table for a file of version 1: every write to it is new);
+# version 3 adds `ledger` (worker/stores/sqlite_ledger.py), empty as a file is migrated.
+SCHEMA_VERSION = 3
 SCHEMA = (
     # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
     # is compared without parsing the first; NULL in rows migrated from version 0.
@@ -59,6 +61,7 @@ SCHEMA = (
         found TEXT NOT NULL,
         PRIMARY KEY (outcome_id, write_id)
     ) WITHOUT ROWID""",
+    *LEDGER_SCHEMA,
 )
 # From version 0: the same rows, attempts re-keyed; their whole-attempt entries read as before.
 MIGRATE_FROM_0 = (
@@ -131,7 +134,7 @@ def _replayed(outcome: _Outcome, found: str) -> Recorded:
     return Recorded(cache="conflict", first=alert.first, alert=alert, replayed=True)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteLedger):
     """ResultStore over one SQLite file; every record() is one IMMEDIATE transaction."""
 
     def __init__(
@@ -142,8 +145,10 @@ class SQLiteStore:
         ttl_seconds: int | None = None,
         busy_timeout_seconds: float = 30.0,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
+        ledger_ttl_seconds: int = LEDGER_TTL_SECONDS,
     ) -> None:
         self.path = Path(path)
+        self.ledger_ttl_seconds = ledger_ttl_seconds
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
@@ -284,6 +289,7 @@ class SQLiteStore:
                 [(o.total, o.id) for o in outcomes.values() if o.id in counted],
                 writes,
                 alerts,
+                ids,
             )
             db.execute("COMMIT")
         except BaseException:
@@ -357,8 +363,11 @@ class SQLiteStore:
         totals: list[tuple[int, int]],
         writes: list[tuple[int, str, int, str]],
         alerts: list[str],
+        write_ids: Sequence[str | None],
     ) -> None:
+        """The batch's rows, and the close of its write ids' ledger entries."""
         db = self._db
+        self._close(write_ids)
         db.executemany("UPDATE outcomes SET total_attempts = ? WHERE id = ?", totals)
         db.executemany("INSERT INTO attempts (outcome_id, attempt) VALUES (?, ?)", entries)
         db.executemany(
@@ -449,6 +458,7 @@ class SQLiteStore:
             "DELETE FROM dead_letters WHERE id <= (SELECT MAX(id) FROM dead_letters) - ?",
             (MAX_DEAD_LETTERS,),
         )
+        self._close_letters(letters)
         self._db.execute("COMMIT")
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

@@ -1,0 +1,84 @@
+"""`evidence-worker reconcile` on a SQLite store: the lines, the summary, the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from worker.cli import main
+from worker.cli.exit_codes import OK, UNRECORDED
+from worker.cli.reconcile import duration
+from worker.stores import LedgerEntry
+from worker.stores.sqlite import SQLiteStore
+
+HASH = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("10m", 600), ("2h", 7200), ("1d", 86400), ("0.5m", 30), ("0", 0)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "10 minutes", "-5m", "5w", "m"])
+def test_what_is_not_a_duration(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a duration"):
+        duration(text)
+
+
+def note(path: Path, *ages: timedelta) -> None:
+    store = SQLiteStore(path)
+    now = datetime.now(UTC)
+    store.note_published(
+        [
+            LedgerEntry(
+                task_id=f"task-{n}",
+                position=0,
+                case_id=f"case-{n}",
+                input_hash=HASH,
+                published_at=now - age,
+                body='{"answer": "not printed"}',
+            )
+            for n, age in enumerate(ages)
+        ]
+    )
+    store.close()
+
+
+def test_unrecorded_messages_are_one_line_each_and_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.sqlite3"
+    note(path, timedelta(minutes=30), timedelta(minutes=11), timedelta(minutes=2))
+
+    code = main(["reconcile", "--store", f"sqlite:///{path}"])
+
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == UNRECORDED
+    assert [(line["case_id"], line["task_id"], line["position"]) for line in lines] == [
+        ("case-0", "task-0", 0),
+        ("case-1", "task-1", 0),
+    ]
+    assert {line["event"] for line in lines} == {"evidence_coverage.unrecorded"}
+    assert all(line["input_hash"] == HASH and line["age_seconds"] > 600 for line in lines)
+    assert "not printed" not in out + err  # never the message's text
+    assert err.startswith("reconcile: 2 messages published before ")
+    assert err.endswith(" were neither recorded nor dead-lettered; 2 listed\n")
+
+
+def test_nothing_unrecorded_is_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.sqlite3"
+    note(path, timedelta(minutes=2))
+
+    code = main(["reconcile", "--store", f"sqlite:///{path}", "--older-than", "5m"])
+
+    out, err = capsys.readouterr()
+    assert (code, out) == (OK, "")
+    assert "reconcile: 0 messages published before " in err

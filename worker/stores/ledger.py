@@ -1,0 +1,67 @@
+"""The publish ledger: every message a publisher sends, kept until the worker records it.
+
+A publisher notes each message (its write id, case ID, input hash, time and body) before it
+sends the task; the store's record write (the same Lua call on Redis, the same transaction on
+SQLite) closes the entry of the write id it records, and a dead letter closes its own. An
+entry still open long after its publish time is a message that was lost between the
+publisher and the store (a broker that died without persistence, the pop window of kombu's
+Redis transport): `evidence-worker reconcile` lists it, and `--republish` sends its body again.
+
+Noting before sending means a message can never be in flight without an entry. A publisher
+that dies between the two leaves an entry for a message it never sent, which reconcile then
+sends: what the publisher meant to do. Entries are kept for EVIDENCE_LEDGER_TTL_SECONDS and
+then forgotten, recorded or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+
+def write_id(task_id: str, position: int) -> str:
+    """The id under which the worker records message `position` of task `task_id`
+    (worker.scoring.write_ids): the ledger entry's key."""
+    return f"{task_id}:{position}"
+
+
+class LedgerEntry(BaseModel):
+    """One published message: which task and position carry it, and what it is."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    position: int
+    case_id: str
+    input_hash: str
+    published_at: datetime
+    body: str  # the message's JSON text, as validated and sent
+
+    @property
+    def write_id(self) -> str:
+        return write_id(self.task_id, self.position)
+
+
+class Ledger(Protocol):
+    """Open entries per write id; record() and dead_letter() close them (see OutcomeStore)."""
+
+    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+        """Open one entry per message, in one round trip, before the messages are sent; also
+        forgets entries older than the ledger's time to live."""
+        ...
+
+    def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
+        """Open entries published before `published_before`, oldest first, read a page at a
+        time: messages neither recorded nor dead-lettered since."""
+        ...
+
+    def count_unrecorded(self, *, published_before: datetime) -> int:
+        """How many entries unrecorded() would yield, counted by the store."""
+        ...
+
+    def close_entries(self, write_ids: Sequence[str]) -> None:
+        """Close entries whose messages were sent again under new write ids (reconcile)."""
+        ...

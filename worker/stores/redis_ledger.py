@@ -1,0 +1,165 @@
+"""The publish ledger on Redis (worker/stores/ledger.py): a sorted set of open write ids by
+publish time, and one hash of entries per task; RECORD_LUA closes an entry as it records."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import redis
+
+from worker.stores.base import DeadLetter
+from worker.stores.keys import ledger_key, ledger_task_key
+from worker.stores.ledger import LedgerEntry
+
+T = TypeVar("T")
+
+LEDGER_PAGE = 1000  # open entries per read while reconcile walks the ledger
+
+# KEYS: the ledger, then each entry's task hash. ARGV: time to live (seconds), the publish
+# time before which entries are forgotten (ms), then per entry: position, entry JSON,
+# publish time (ms), write id. One call per chunk of a publish: a single command per chunk.
+NOTE_LUA = """
+local ttl = ARGV[1]
+for i = 2, #KEYS do
+  local at = 2 + 4 * (i - 2)
+  redis.call('HSET', KEYS[i], ARGV[at + 1], ARGV[at + 2])
+  redis.call('EXPIRE', KEYS[i], ttl)
+  redis.call('ZADD', KEYS[1], ARGV[at + 3], ARGV[at + 4])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+return #KEYS - 1
+"""
+# KEYS: the ledger, the task hash. ARGV: task ID, position ('' for every entry of the task).
+CLOSE_LUA = """
+if ARGV[2] ~= '' then
+  redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
+  return redis.call('HDEL', KEYS[2], ARGV[2])
+end
+local positions = redis.call('HKEYS', KEYS[2])
+for _, position in ipairs(positions) do redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. position) end
+redis.call('DEL', KEYS[2])
+return #positions
+"""
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+class RedisLedger:
+    """The Ledger half of RedisStore (mixed in): needs its client, prefix and _call."""
+
+    client: redis.Redis
+    prefix: str
+    ledger_ttl_seconds: int
+
+    if TYPE_CHECKING:
+
+        def _call(self, operation: Callable[[], T]) -> T: ...  # RedisStore's
+
+    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+        if not entries or self.ledger_ttl_seconds <= 0:
+            return
+        forget_before = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
+        keys = [ledger_key(self.prefix)]
+        args: list[Any] = [self.ledger_ttl_seconds, forget_before]
+        for entry in entries:
+            keys.append(ledger_task_key(self.prefix, entry.task_id))
+            args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
+            args.append(entry.write_id)
+        self._call(lambda: self.client.eval(NOTE_LUA, len(keys), *keys, *args))
+
+    def _close_calls(self, pipe: Any, closes: Sequence[tuple[str, int | None]]) -> None:
+        for task_id, position in closes:
+            pipe.eval(
+                CLOSE_LUA,
+                2,
+                ledger_key(self.prefix),
+                ledger_task_key(self.prefix, task_id),
+                task_id,
+                "" if position is None else position,
+            )
+
+    def close_entries(self, write_ids: Sequence[str]) -> None:
+        if not write_ids:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        closes = []
+        for write_id in write_ids:
+            task_id, _, position = write_id.rpartition(":")
+            closes.append((task_id, int(position)))
+        self._close_calls(pipe, closes)
+        self._call(pipe.execute)
+
+    def _closes_of(self, letters: Sequence[DeadLetter]) -> list[tuple[str, int | None]]:
+        return [(letter.task_id, letter.position) for letter in letters if letter.task_id]
+
+    def count_unrecorded(self, *, published_before: datetime) -> int:
+        live_since = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
+        return int(
+            self._call(
+                lambda: self.client.zcount(
+                    ledger_key(self.prefix), live_since, f"({_ms(published_before)}"
+                )
+            )
+        )
+
+    def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
+        """Pages by publish time (not by offset, which entries closed meanwhile would shift);
+        an entry whose task hash has expired is forgotten on the way."""
+        ledger = ledger_key(self.prefix)
+        low: str | float = "-inf"
+        seen: set[bytes] = set()  # members yielded already whose score is `low`
+        while True:
+            wanted = LEDGER_PAGE + len(seen)
+
+            def read(low: str | float = low, wanted: int = wanted) -> Any:
+                return self.client.zrangebyscore(
+                    ledger, low, f"({_ms(published_before)}", 0, wanted, withscores=True
+                )
+
+            page = cast("list[tuple[bytes, float]]", self._call(read))
+            fresh = [member.decode() for member, _ in page if member not in seen]
+            yield from self._entries(fresh)
+            if not fresh or len(page) < wanted:
+                return
+            top = page[-1][1]
+            if top != low:
+                seen = set()
+            seen |= {member for member, score in page if score == top}
+            low = top
+
+    def _entries(self, write_ids: list[str]) -> Iterator[LedgerEntry]:
+        by_task: dict[str, list[str]] = defaultdict(list)
+        for write_id in write_ids:
+            task_id, _, position = write_id.rpartition(":")
+            by_task[task_id].append(position)
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for task_id, positions in by_task.items():
+                pipe.hmget(ledger_task_key(self.prefix, task_id), positions)
+            return pipe.execute()
+
+        found: dict[str, LedgerEntry] = {}
+        gone: list[str] = []
+        for (task_id, positions), values in zip(by_task.items(), self._call(read), strict=True):
+            for position, value in zip(positions, values, strict=True):
+                if value is None:
+                    gone.append(f"{task_id}:{position}")
+                else:
+                    entry = LedgerEntry.model_validate_json(value)
+                    found[entry.write_id] = entry
+        if gone:  # closed since the page was read, or expired: forget the expired ones
+            still = self._call(lambda: self.client.zmscore(ledger_key(self.prefix), gone))
+            expired = [
+                write_id for write_id, score in zip(gone, still, strict=True) if score is not None
+            ]
+            if expired:
+                self._call(lambda: self.client.zrem(ledger_key(self.prefix), *expired))
+        for write_id in write_ids:
+            if write_id in found:
+                yield found[write_id]

@@ -1,0 +1,99 @@
+"""The publish ledger in the SQLite store (worker/stores/ledger.py): one row per open entry;
+the record transaction deletes the rows of the write ids it records."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+
+from worker.stores.base import DeadLetter
+from worker.stores.ledger import LedgerEntry
+
+# published_at: seconds since the epoch, for the range scans by age.
+LEDGER_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS ledger (
+        write_id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        published_at REAL NOT NULL,
+        entry TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS ledger_by_age ON ledger (published_at, write_id)",
+    "CREATE INDEX IF NOT EXISTS ledger_by_task ON ledger (task_id)",
+)
+LEDGER_PAGE = 1000
+
+
+class SQLiteLedger:
+    """The Ledger half of SQLiteStore (mixed in): needs its connection and the time to live."""
+
+    _db: sqlite3.Connection
+    ledger_ttl_seconds: int
+
+    def _forget_before(self) -> float:
+        return (datetime.now(UTC) - timedelta(seconds=self.ledger_ttl_seconds)).timestamp()
+
+    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+        if not entries or self.ledger_ttl_seconds <= 0:
+            return
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(
+                "INSERT OR REPLACE INTO ledger (write_id, task_id, published_at, entry)"
+                " VALUES (?, ?, ?, ?)",
+                [
+                    (e.write_id, e.task_id, e.published_at.timestamp(), e.model_dump_json())
+                    for e in entries
+                ],
+            )
+            db.execute("DELETE FROM ledger WHERE published_at < ?", (self._forget_before(),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _close(self, write_ids: Iterable[str | None]) -> None:
+        """Within the caller's transaction."""
+        self._db.executemany(
+            "DELETE FROM ledger WHERE write_id = ?", [(w,) for w in write_ids if w]
+        )
+
+    def _close_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Within the caller's transaction: each letter's entry, or its whole task's."""
+        self._close(
+            f"{letter.task_id}:{letter.position}"
+            for letter in letters
+            if letter.task_id and letter.position is not None
+        )
+        self._db.executemany(
+            "DELETE FROM ledger WHERE task_id = ?",
+            [(letter.task_id,) for letter in letters if letter.task_id and letter.position is None],
+        )
+
+    def close_entries(self, write_ids: Sequence[str]) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        self._close(write_ids)
+        self._db.execute("COMMIT")
+
+    def count_unrecorded(self, *, published_before: datetime) -> int:
+        (count,) = self._db.execute(
+            "SELECT COUNT(*) FROM ledger WHERE published_at >= ? AND published_at < ?",
+            (self._forget_before(), published_before.timestamp()),
+        ).fetchone()
+        return int(count)
+
+    def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
+        after: tuple[float, str] = (self._forget_before(), "")
+        while True:
+            rows = self._db.execute(
+                "SELECT published_at, write_id, entry FROM ledger"
+                " WHERE (published_at, write_id) > (?, ?) AND published_at < ?"
+                " ORDER BY published_at, write_id LIMIT ?",
+                (*after, published_before.timestamp(), LEDGER_PAGE),
+            ).fetchall()
+            for published_at, write_id, text in rows:
+                after = (published_at, write_id)
+                yield LedgerEntry.model_validate_json(text)
+            if len(rows) < LEDGER_PAGE:
+                return
