@@ -1,13 +1,15 @@
-"""Expected values shared by the test modules: attempts and the records messages produce."""
+"""Values shared by the test modules: attempts, ledger entries and the records messages produce."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from worker.scoring import WORKER_VERSION
+from worker.stores import LedgerEntry
 
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
 REQUIRED = ["refund-window", "refund-method", "support-channel"]
@@ -91,3 +93,20 @@ def expected_rejected(reason: str, **fields: Any) -> dict[str, Any]:
         "line": None,
         **fields,
     }
+
+
+def ledger_entry(
+    task_id: str, position: int = 0, *, age: timedelta = timedelta(0), **overrides: Any
+) -> LedgerEntry:
+    """A publish ledger entry published `age` ago (by the real clock: the stores forget
+    entries by it), its case ID and body named after its task and position."""
+    case_id = f"case-{task_id}-{position}"
+    fields: dict[str, Any] = {
+        "task_id": task_id,
+        "position": position,
+        "case_id": case_id,
+        "input_hash": "ab" * 32,
+        "published_at": datetime.now(UTC) - age,
+        "body": f'{{"case_id": "{case_id}"}}',
+    }
+    return LedgerEntry(**{**fields, **overrides})

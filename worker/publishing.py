@@ -123,14 +123,7 @@ def outgoing(
     score_batch task of all of them."""
     task_id = new_task_id()
     entries = [
-        LedgerEntry(
-            task_id=task_id,
-            position=position,
-            case_id=message.case_id,
-            input_hash=input_hash(message),
-            published_at=now,
-            body=text,
-        )
+        ledger_entry(task_id, position, message, text, now=now)
         for position, (message, text) in enumerate(messages)
     ]
     sent = [as_sent(text, max_message_bytes=max_message_bytes) for _, text in messages]
@@ -138,6 +131,20 @@ def outgoing(
         return Outgoing(task_id, SCORE_BATCH, sent, entries)
     (payload,) = sent
     return Outgoing(task_id, SCORE, payload, entries)
+
+
+def ledger_entry(
+    task_id: str, position: int, message: AttributionResult, text: str, *, now: datetime
+) -> LedgerEntry:
+    """The ledger entry of a validated message (and its JSON text) at `position` in a task."""
+    return LedgerEntry(
+        task_id=task_id,
+        position=position,
+        case_id=message.case_id,
+        input_hash=input_hash(message),
+        published_at=now,
+        body=text,
+    )
 
 
 def send_noted(

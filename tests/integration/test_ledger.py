@@ -9,9 +9,10 @@ from itertools import islice
 import pytest
 
 from tests.conftest import FIXED_NOW
+from tests.factories import ledger_entry as entry
 from tests.integration import test_stores as suite
 from tests.integration.test_stores import HASH, OTHER_HASH, StoreFactory, attempt
-from worker.stores import DeadLetter, LedgerEntry, ResultStore
+from worker.stores import DeadLetter, ResultStore
 from worker.stores.keys import ledger_key, ledger_task_key
 from worker.stores.redis import RedisStore
 from worker.stores.redis_ledger import LEDGER_PAGE
@@ -22,17 +23,6 @@ store = suite.store
 
 NOW = datetime.now(UTC)
 FUTURE = NOW + timedelta(hours=1)
-
-
-def entry(task_id: str, position: int = 0, *, age: timedelta = timedelta(0)) -> LedgerEntry:
-    return LedgerEntry(
-        task_id=task_id,
-        position=position,
-        case_id=f"case-{task_id}-{position}",
-        input_hash=HASH,
-        published_at=NOW - age,
-        body=f'{{"case_id": "case-{task_id}-{position}"}}',
-    )
 
 
 def open_ids(store: ResultStore, before: datetime = FUTURE) -> list[str]:

@@ -10,6 +10,7 @@ same paths: the task waits, hands its message back unacknowledged, and scores it
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,14 @@ import pytest
 import redis
 from celery import Celery
 
-from contracts.records import SCORED
+from contracts.records import NONDETERMINISM, SCORED
 from tests.integration import worker_harness
 from tests.integration.worker_harness import (
     RedisServer,
     Worker,
     check_first_outcomes,
     free_port,
+    hash_of,
     send_scores,
 )
 from worker.stores.redis import RedisStore
@@ -40,6 +42,7 @@ OUTAGE_ENV = {
     "EVIDENCE_STORE_RETRY_WINDOW_SECONDS": "3",
 }
 MESSAGES = 60
+CONFLICTING_PAIRS = 10
 
 
 def distinct(message_dict: MessageFactory, tag: str, count: int) -> list[dict[str, Any]]:
@@ -147,12 +150,18 @@ def test_a_store_at_maxmemory_keeps_every_message_until_it_takes_writes(
     message_dict: MessageFactory,
 ) -> None:
     """OutOfMemoryError is waited out like an outage, never acked: once memory is freed,
-    every message is recorded exactly once."""
+    every message is recorded exactly once, and each conflicting pair raises exactly one
+    alert (the alert is written in the script call that records the attempt, so a full
+    store cannot keep one without the other)."""
     messages = distinct(message_dict, "outage-oom", MESSAGES)
+    twins = [
+        {**messages[n], "case_id": f"twin-oom-{n:03d}", "supported_claim_ids": ["return-window"]}
+        for n in range(CONFLICTING_PAIRS)
+    ]
     worker = start_worker(queue, store_url=full_store.url, env=OUTAGE_ENV)
     worker.wait_ready()
 
-    send_scores(publisher(), queue, messages)
+    send_scores(publisher(), queue, messages + twins)
     worker.wait_until(
         lambda lines: any(
             "refuses writes" in str(line.get("problem"))
@@ -168,6 +177,21 @@ def test_a_store_at_maxmemory_keeps_every_message_until_it_takes_writes(
         client.config_set("maxmemory", 0)
     finally:
         client.close()
-    scored_once_each(worker, messages, timeout=120)
+    scored_once_each(worker, messages + twins, timeout=120)
 
-    account(worker, full_store.url, key_prefix, messages)
+    records = worker.records()
+    assert sorted(Counter(r["case_id"] for r in records).values()) == [1] * (
+        MESSAGES + CONFLICTING_PAIRS
+    )
+    misses = Counter(r["input_hash"] for r in records if r["cache"] == "miss")
+    assert misses == Counter(hash_of(m) for m in messages)  # one first writer per hash
+    assert len(worker.events(NONDETERMINISM)) == CONFLICTING_PAIRS
+    store = RedisStore.from_url(full_store.url, prefix=key_prefix)
+    try:
+        assert store.alert_count() == CONFLICTING_PAIRS
+        assert sorted(alert.input_hash for alert in store.alerts()) == sorted(
+            hash_of(m) for m in twins
+        )
+        assert store.dead_letters() == []
+    finally:
+        store.close()

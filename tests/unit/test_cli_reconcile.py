@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.factories import ledger_entry
 from worker.cli import main
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.cli.reconcile import duration
-from worker.stores import LedgerEntry
 from worker.stores.sqlite import SQLiteStore
 
-HASH = "ab" * 32
+HASH = "ab" * 32  # the factory's
+SECRET = '{"answer": "not printed"}'
 
 
 @pytest.mark.parametrize(
@@ -34,16 +35,10 @@ def test_what_is_not_a_duration(text: str) -> None:
 
 def note(path: Path, *ages: timedelta) -> None:
     store = SQLiteStore(path)
-    now = datetime.now(UTC)
     store.note_published(
         [
-            LedgerEntry(
-                task_id=f"task-{n}",
-                position=0,
-                case_id=f"case-{n}",
-                input_hash=HASH,
-                published_at=now - age,
-                body='{"answer": "not printed"}',
+            ledger_entry(
+                f"task-{n}", age=age, case_id=f"case-{n}", body='{"answer": "not printed"}'
             )
             for n, age in enumerate(ages)
         ]

@@ -23,14 +23,14 @@ from structlog.testing import capture_logs
 
 from contracts import Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
-from tests.factories import expected_rejected, expected_scored
+from tests.factories import expected_rejected, expected_scored, ledger_entry
 from worker.alerts import SOURCE_OF_TRUTH, AlertSink, WebhookSender
 from worker.app import TCP_KEEPALIVE_OPTIONS, app, celery_config
 from worker.errors import TransientError
 from worker.logging import get_logger
 from worker.service import Service
 from worker.settings import Settings
-from worker.stores import LedgerEntry, Recorded
+from worker.stores import Recorded
 from worker.stores.durable import DurableStore
 from worker.stores.redis import RedisStore
 from worker.tasks import reconcile, score, score_batch
@@ -254,15 +254,8 @@ def test_a_batch_closes_each_message_s_ledger_entry_by_its_position(
     bodies = [message_dict(case_id="a"), {"case_id": "broken"}, message_dict(case_id="c")]
     store.note_published(
         [
-            LedgerEntry(
-                task_id="task-1",
-                position=n,
-                case_id=str(body["case_id"]),
-                input_hash="0" * 64,
-                published_at=datetime.now(UTC),
-                body=json.dumps(body),
-            )
-            for n, body in enumerate([*bodies, message_dict(case_id="in another task")])
+            ledger_entry("task-1", n, body=json.dumps(body))
+            for n, body in enumerate([*bodies, message_dict(case_id="noted, never sent")])
         ]
     )
 
@@ -281,19 +274,7 @@ def test_a_poison_task_s_dead_letters_close_every_entry_of_it(
     bodies = [message_dict(case_id="a"), message_dict(case_id="b")]
     for _ in range(MAX_DELIVERIES):  # scored (their records close the entries noted before)
         run(score_batch, bodies, task_id="poison", redelivered=True)
-    store.note_published(
-        [
-            LedgerEntry(
-                task_id="poison",
-                position=n,
-                case_id=f"c{n}",
-                input_hash="0" * 64,
-                published_at=datetime.now(UTC),
-                body="{}",
-            )
-            for n in range(2)
-        ]
-    )
+    store.note_published([ledger_entry("poison", n) for n in range(2)])
 
     _, logs = run(score_batch, bodies, task_id="poison", redelivered=True)
 
@@ -710,17 +691,9 @@ def test_redeliveries_during_an_outage_do_not_count_towards_the_poison_limit(
 
 
 def test_reconcile_task_counts_and_names_messages_never_recorded(store: FlakyStore) -> None:
-    now = datetime.now(UTC)
     store.note_published(
         [
-            LedgerEntry(
-                task_id=f"t{n}",
-                position=0,
-                case_id=f"lost-{n}",
-                input_hash="0" * 64,
-                published_at=now - timedelta(minutes=minutes),
-                body="{}",
-            )
+            ledger_entry(f"t{n}", age=timedelta(minutes=minutes), case_id=f"lost-{n}")
             for n, minutes in enumerate([30, 20, 1])  # the last is still young
         ]
     )

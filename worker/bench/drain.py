@@ -27,13 +27,13 @@ from typing import Any
 
 import redis
 
-from contracts import AttributionResult, input_hash
+from contracts import AttributionResult
 from worker.app import create_app
 from worker.bench.launch import worker_command
 from worker.constants import NOOP, SCORE, SCORE_BATCH
-from worker.publishing import NOTE_CHUNK, Outgoing, new_task_id, send_noted
+from worker.publishing import NOTE_CHUNK, Outgoing, ledger_entry, new_task_id, send_noted
 from worker.settings import Settings
-from worker.stores import LedgerEntry, open_store
+from worker.stores import open_store
 
 PHASES = ("noop", "score", "batch")
 RATIOS = {"ratio_score_to_noop": ("score", "noop"), "ratio_batch_to_score": ("batch", "score")}
@@ -230,16 +230,7 @@ class Bench:
                 message = AttributionResult.model_validate_json(text)
             except ValueError:
                 continue
-            entries.append(
-                LedgerEntry(
-                    task_id=task_id,
-                    position=position,
-                    case_id=message.case_id,
-                    input_hash=input_hash(message),
-                    published_at=now,
-                    body=text,
-                )
-            )
+            entries.append(ledger_entry(task_id, position, message, text, now=now))
         return Outgoing(task_id, TASKS[phase], payload, entries)
 
     def _queue_size(self, queue: str) -> int:
