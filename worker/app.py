@@ -10,7 +10,6 @@ consumer reach both through it, and nothing here imports them.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -19,6 +18,7 @@ from celery import Celery, signals
 from worker import metrics
 from worker.constants import RECONCILE
 from worker.errors import ConfigurationError
+from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -30,13 +30,6 @@ CONFIGURATION_EXIT_CODE = 2  # as the command line's configuration errors
 UNACKED_RESTORE_INTERVAL_SECONDS = 5
 REDIS_SCHEMES = ("redis://", "rediss://", "sentinel://")
 AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
-# Probe an idle broker connection after 30 s, every 10 s, and give up after 3 misses:
-# a vanished peer is noticed in about a minute (Linux' defaults take over two hours).
-TCP_KEEPALIVE_OPTIONS: dict[int, int] = {
-    option: value
-    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
-    if (option := getattr(socket, name, None)) is not None
-}
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from contracts import Alert, Attempt
 from tests import factories
 from tests.conftest import FIXED_NOW
 from worker.errors import ConfigurationError
+from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import DEAD_LETTER_MAX_BYTES, Settings
 from worker.stores import DeadLetter, History, Recorded, ResultStore, open_store
 from worker.stores.keys import attempts_key, outcome_key
@@ -1038,3 +1039,20 @@ def test_open_store_unopenable_sqlite_file_is_a_configuration_error(tmp_path: Pa
     assert str(raised.value) == (
         f"cannot open SQLite store {path}: directory {path.parent} does not exist (create it first)"
     )
+
+
+def test_a_store_from_a_url_bounds_its_waits_and_keeps_its_connections_probed(
+    redis_url: str, key_prefix: str
+) -> None:
+    """As the broker's: a reply or connect that never comes fails in seconds, and a peer that
+    vanished (NAT, dead host) is noticed in about a minute instead of hours."""
+    store = RedisStore.from_url(redis_url, prefix=key_prefix)
+    try:
+        options = store.client.connection_pool.connection_kwargs
+        assert (options["socket_timeout"], options["socket_connect_timeout"]) == (10, 5)
+        assert options["socket_keepalive"] is True
+        assert options["socket_keepalive_options"] == TCP_KEEPALIVE_OPTIONS
+        assert options["health_check_interval"] == 30
+        store.alert_count()  # a connection made with them
+    finally:
+        store.close()

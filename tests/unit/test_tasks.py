@@ -25,8 +25,9 @@ from contracts import Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from tests.factories import expected_rejected, expected_scored, ledger_entry
 from worker.alerts import SOURCE_OF_TRUTH, AlertSink, WebhookSender
-from worker.app import TCP_KEEPALIVE_OPTIONS, app, celery_config
+from worker.app import app, celery_config
 from worker.errors import TransientError
+from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.logging import get_logger
 from worker.service import Service
 from worker.settings import Settings

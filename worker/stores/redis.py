@@ -14,6 +14,7 @@ from redis.exceptions import NoScriptError
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
 from worker.errors import ConfigurationError, TransientError
+from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS, REDIS_URL_HINT, masked_url
 from worker.stores.attempts import Expander, script_args
 from worker.stores.base import ALERT_CLOCK_MARGIN, DeadLetter, History, Recorded, newest_since
@@ -196,6 +197,8 @@ class RedisStore(RedisLedger):
             url,
             socket_timeout=10,
             socket_connect_timeout=5,
+            socket_keepalive=True,
+            socket_keepalive_options=TCP_KEEPALIVE_OPTIONS,
             health_check_interval=30,
             **(client_options or {}),
         )
