@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -71,6 +71,8 @@ def hash_inputs(message: AttributionResult) -> dict[str, Any]:
     inputs = message.model_dump(mode="json", include=HASHED_FIELDS)
     inputs["metric_version"] = METRIC_VERSION
     inputs["required_claim_ids"].sort()
+    if message.expected_evidence:  # only when given: every hash from before stays the same
+        inputs["expected_evidence"] = message.expected_evidence
     return inputs
 
 
@@ -81,10 +83,11 @@ def judgement_inputs(
     contexts: Sequence[Context],
     required_claim_ids: Sequence[str],
     grader: Grader,
+    expected_evidence: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The hashed inputs from their parts: known before the grader runs, so an upstream job
     can ask for an existing outcome before paying for a judgement."""
-    return {
+    inputs: dict[str, Any] = {
         "metric_version": METRIC_VERSION,
         "contract_version": contract_version,
         "answer": answer,
@@ -92,6 +95,9 @@ def judgement_inputs(
         "required_claim_ids": sorted(required_claim_ids),
         "grader": grader.model_dump(mode="json"),
     }
+    if expected_evidence:
+        inputs["expected_evidence"] = {key: list(ids) for key, ids in expected_evidence.items()}
+    return inputs
 
 
 def hash_of(inputs: dict[str, Any]) -> str:

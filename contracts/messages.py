@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic_core import PydanticCustomError
 
 
 class Contract(BaseModel):
@@ -67,3 +68,20 @@ class AttributionResult(ReleaseRow):
     grader: Grader
     produced_at: datetime | None = Field(default=None, strict=False)
     trace_id: str | None = None
+    # Reviewed data, like the required set: per required claim, the documents that hold its
+    # evidence (SPEC §9). Hashed only when given; the metric never sees it.
+    expected_evidence: dict[str, list[str]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _expected_evidence_names_required_claims(self) -> AttributionResult:
+        required = {claim.strip() for claim in self.required_claim_ids}
+        unknown = sorted({key.strip() for key in self.expected_evidence} - required)
+        if unknown:
+            # A lone surrogate (a legal JSON escape) spelled out: pydantic cannot report it.
+            ids = ",".join(unknown).encode("utf-8", "backslashreplace").decode("utf-8")
+            raise PydanticCustomError(
+                "unknown_claim_ids",
+                "expected_evidence names unknown claim IDs: {ids}",
+                {"ids": ids},
+            )
+        return self

@@ -45,8 +45,10 @@ class EvidenceClient:
         contexts: Sequence[Context | Mapping[str, Any]],
         required_claim_ids: Sequence[str],
         grader: Grader | Mapping[str, Any],
+        expected_evidence: Mapping[str, Sequence[str]] | None = None,
     ) -> Attempt | None:
-        """The first outcome already recorded for these inputs, or None."""
+        """The first outcome already recorded for these inputs, or None; `expected_evidence`
+        as the message will carry it (part of the inputs when given)."""
         history = self.history(
             hash_of(
                 judgement_inputs(
@@ -55,6 +57,7 @@ class EvidenceClient:
                     contexts=[Context.model_validate(context) for context in contexts],
                     required_claim_ids=required_claim_ids,
                     grader=Grader.model_validate(grader),
+                    expected_evidence=expected_evidence,
                 )
             )
         )

@@ -61,6 +61,37 @@ def test_lookup_finds_the_first_outcome_from_inputs_alone(
     assert history.first == found
 
 
+def test_lookup_with_the_message_s_expected_evidence_finds_its_outcome(
+    client: EvidenceClient, message: Callable[..., AttributionResult]
+) -> None:
+    """expected_evidence is part of the inputs when given: a lookup must pass it too."""
+    evidence = {"refund-method": ["kb-7"]}
+    scored = message(expected_evidence=evidence)
+    process(scored, store=client.store, policy=None, delivery=Delivery(task_id="t-2"))
+    contexts = [context.model_dump() for context in scored.contexts]
+    grader = scored.grader.model_dump()
+
+    found = client.lookup(
+        contract_version=scored.contract_version,
+        answer=scored.answer,
+        contexts=contexts,
+        required_claim_ids=scored.required_claim_ids,
+        grader=grader,
+        expected_evidence=evidence,
+    )
+    without = client.lookup(
+        contract_version=scored.contract_version,
+        answer=scored.answer,
+        contexts=contexts,
+        required_claim_ids=scored.required_claim_ids,
+        grader=grader,
+    )
+
+    assert found is not None
+    assert found.task_id == "t-2"
+    assert without is None  # the same inputs without it: another hash
+
+
 def test_lookup_misses_when_the_inputs_differ(
     client: EvidenceClient, message: Callable[..., AttributionResult]
 ) -> None:

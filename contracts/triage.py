@@ -1,0 +1,197 @@
+"""Triage (SPEC §9): from a row's number to the artifact to open and the team that owns it.
+
+Pure and deterministic: the message's contexts, citations and `expected_evidence`, its
+outcome and the policy's decision in; the missing claim IDs, one finding per missing claim
+(and one per stray citation or uncited supported claim), and the row's owner out. The metric
+is not involved: triage explains its number, it never changes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from contracts.messages import AttributionResult, Citation
+from contracts.outcomes import Decision, Outcome
+
+FindingName = Literal[
+    "cited_document_not_retrieved",
+    "cited_span_invalid",
+    "cited_not_supported",
+    "attribution_artifact_missing",
+    "evidence_not_retrieved",
+    "not_cited",
+    "citation_unknown_claim",
+    "supported_without_citation",
+]
+FindingOwner = Literal["attribution", "retrieval", "product"]
+RowOwner = Literal["evaluation-data", "attribution", "retrieval", "product", "release-rule"]
+
+OWNER_OF: Final[dict[FindingName, FindingOwner]] = {
+    "cited_document_not_retrieved": "attribution",
+    "cited_span_invalid": "attribution",
+    "cited_not_supported": "attribution",
+    "attribution_artifact_missing": "attribution",
+    "evidence_not_retrieved": "retrieval",
+    "not_cited": "product",
+    "citation_unknown_claim": "attribution",
+    "supported_without_citation": "attribution",
+}
+# A failed row goes to the first of these its findings name: the attribution artifact is
+# checked before retrieval, retrieval before the answer.
+OWNER_PRECEDENCE: Final[tuple[FindingOwner, ...]] = ("attribution", "retrieval", "product")
+
+
+class Finding(BaseModel):
+    """What triage found for one claim: the finding, its owner, the documents it is about.
+
+    `evidence_retrieved` is set by `not_cited` alone: True when an expected document was
+    retrieved, None when the reviewed data declares none for the claim.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    claim_id: str
+    finding: FindingName
+    owner: FindingOwner
+    document_ids: list[str]
+    evidence_retrieved: bool | None = None
+
+
+class Triage(BaseModel):
+    """A row's triage: `missing_claim_ids` is None for an invalid row, whose findings are []."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    missing_claim_ids: list[str] | None
+    findings: list[Finding]
+    owner: RowOwner | None
+
+
+def triage(
+    message: AttributionResult,
+    outcome: Outcome,
+    decision: Decision,
+    *,
+    contract_drift: bool = False,
+    release_rule: bool = False,
+) -> Triage:
+    """SPEC §9 for one row.
+
+    `contract_drift`: the store saw another required set for this (contract version, case ID);
+    `release_rule`: the row fails now and passed under the baseline policy with the same
+    value. Either makes the owner of a valid row `evaluation-data` or `release-rule`, drift
+    first (when the required set itself moved, comparing two rules over it says nothing).
+    """
+    if outcome.value is None:
+        return Triage(missing_claim_ids=None, findings=[], owner="evaluation-data")
+    findings = _findings(message)
+    missing = [f.claim_id for f in findings if f.finding not in _BESIDE]
+    return Triage(
+        missing_claim_ids=missing,
+        findings=findings,
+        owner=_owner(decision, findings, contract_drift=contract_drift, release_rule=release_rule),
+    )
+
+
+# The findings that are about claims other than the missing ones.
+_BESIDE: Final = frozenset({"citation_unknown_claim", "supported_without_citation"})
+
+
+def _findings(message: AttributionResult) -> list[Finding]:
+    """The missing claims' findings in sorted claim order, then each citation of an unknown
+    claim in citation order, then each uncited supported claim in sorted order."""
+    required = {claim.strip() for claim in message.required_claim_ids}
+    supported = {claim.strip() for claim in message.supported_claim_ids}
+    retrieved = {context.document_id for context in message.contexts}
+    cited: dict[str, list[Citation]] = {}
+    for citation in message.citations:
+        cited.setdefault(citation.claim_id.strip(), []).append(citation)
+    expected = {
+        claim.strip(): _unique(documents) for claim, documents in message.expected_evidence.items()
+    }
+    findings = [
+        _missing(claim, cited.get(claim, []), message, retrieved, expected.get(claim, []))
+        for claim in sorted(required - supported)
+    ]
+    findings += [
+        _finding(citation.claim_id.strip(), "citation_unknown_claim", [citation.document_id])
+        for citation in message.citations
+        if citation.claim_id.strip() not in required
+    ]
+    if message.citations:
+        findings += [
+            _finding(claim, "supported_without_citation", [])
+            for claim in sorted(supported - cited.keys())
+        ]
+    return findings
+
+
+def _missing(
+    claim: str,
+    citations: Sequence[Citation],
+    message: AttributionResult,
+    retrieved: set[str],
+    expected: list[str],
+) -> Finding:
+    """The first of SPEC §9's four steps that applies to one missing claim."""
+    if citations:
+        best = _best(citations, retrieved, len(message.answer))
+        if best.document_id not in retrieved:
+            name: FindingName = "cited_document_not_retrieved"
+        elif not _valid_span(best, len(message.answer)):
+            name = "cited_span_invalid"
+        else:
+            name = "cited_not_supported"
+        return _finding(claim, name, [best.document_id])
+    if not message.citations:
+        return _finding(claim, "attribution_artifact_missing", [])
+    found = [document for document in expected if document in retrieved]
+    if expected and not found:
+        return _finding(claim, "evidence_not_retrieved", expected)
+    return Finding(
+        claim_id=claim,
+        finding="not_cited",
+        owner=OWNER_OF["not_cited"],
+        document_ids=found,
+        evidence_retrieved=True if found else None,
+    )
+
+
+def _best(citations: Sequence[Citation], retrieved: set[str], answer_length: int) -> Citation:
+    """A retrieved document with a valid span, else a valid span, else the first citation."""
+    for citation in citations:
+        if citation.document_id in retrieved and _valid_span(citation, answer_length):
+            return citation
+    for citation in citations:
+        if _valid_span(citation, answer_length):
+            return citation
+    return citations[0]
+
+
+def _valid_span(citation: Citation, answer_length: int) -> bool:
+    start, end = citation.answer_span
+    return 0 <= start < end <= answer_length
+
+
+def _finding(claim: str, name: FindingName, document_ids: list[str]) -> Finding:
+    return Finding(claim_id=claim, finding=name, owner=OWNER_OF[name], document_ids=document_ids)
+
+
+def _owner(
+    decision: Decision, findings: Iterable[Finding], *, contract_drift: bool, release_rule: bool
+) -> RowOwner | None:
+    if contract_drift:
+        return "evaluation-data"
+    if release_rule:
+        return "release-rule"
+    if decision.status != "fail":
+        return None  # passed, or report-only: the findings stay, nobody is paged
+    named = {finding.owner for finding in findings}
+    return next((owner for owner in OWNER_PRECEDENCE if owner in named), "product")
+
+
+def _unique(documents: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(documents))
