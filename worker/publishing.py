@@ -27,6 +27,8 @@ NOTE_CHUNK = 200
 # Room a score_batch task's envelope (headers, properties) takes beside its messages, so
 # a batch publish cuts never reach the worker's EVIDENCE_MAX_BATCH_BYTES.
 BATCH_ENVELOPE_BYTES = 8_192
+# Messages of a batch named in its argsrepr (Celery's header for it holds about 1 KB).
+ARGSREPR_MESSAGES = 5
 
 
 @dataclass
@@ -62,9 +64,11 @@ def send(
     queue: str,
     producer: Producer | None = None,
     task_id: str | None = None,
+    argsrepr: str | None = None,
 ) -> str:
     """Send one task (under `task_id`, else a new one) and return its id once the broker
-    has taken it.
+    has taken it. `argsrepr` is what task events, Flower and `inspect` show for its
+    arguments instead of Celery's repr of them (the answer and context text).
 
     On RabbitMQ (publisher confirms, worker/app.py) that means confirmed: a message the
     broker refuses (a nack: a full queue, a disk alarm) or cannot route to any queue
@@ -84,6 +88,7 @@ def send(
             task_id=task_id,
             mandatory=True,
             confirm_timeout=CONFIRM_TIMEOUT_SECONDS,
+            **({} if argsrepr is None else {"argsrepr": argsrepr, "kwargsrepr": "{}"}),
         )
     except OperationalError as error:
         if isinstance(error.__cause__, MessageNacked):
@@ -110,6 +115,16 @@ class Outgoing:
     task: str
     payload: Any
     entries: list[LedgerEntry]
+
+    @property
+    def argsrepr(self) -> str:
+        """Its messages as case IDs and input hashes only (the first few of a batch)."""
+        named = [f"case_id={e.case_id} input_hash={e.input_hash}" for e in self.entries]
+        if self.task != SCORE_BATCH:
+            return named[0] if named else "a message that was not validated"
+        more = f", … (+{len(named) - ARGSREPR_MESSAGES})" if len(named) > ARGSREPR_MESSAGES else ""
+        count = f"{len(named)} message{'' if len(named) == 1 else 's'}"
+        return f"{count}: " + ", ".join(named[:ARGSREPR_MESSAGES]) + more
 
 
 def outgoing(
@@ -163,7 +178,15 @@ def send_noted(
     if ledger is not None:
         ledger.note_published([entry for task in tasks for entry in task.entries])
     for task in tasks:
-        send(app, task.task, task.payload, queue=queue, producer=producer, task_id=task.task_id)
+        send(
+            app,
+            task.task,
+            task.payload,
+            queue=queue,
+            producer=producer,
+            task_id=task.task_id,
+            argsrepr=task.argsrepr,
+        )
 
 
 def publish_lines(

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 
+from contracts import AttributionResult, input_hash
 from contracts.records import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import BASE_MESSAGE, EXAMPLES, ROOT
 from tests.integration.worker_harness import (
@@ -217,6 +218,36 @@ def test_the_example_file_sends_each_valid_line_as_a_score_task_with_its_json_te
     assert ledger_entries(key_prefix) == sorted(
         (task.task_id, 0, json.loads(task.args[0])["case_id"], task.args[0]) for task in sent
     )
+
+
+def test_task_headers_name_messages_by_case_id_and_hash_never_by_their_text(
+    publish: Callable[..., Run], queue: str, write_jsonl: Callable[..., Path]
+) -> None:
+    """What task events, Flower and `celery inspect` show of a task's arguments."""
+    messages = [{**BASE_MESSAGE, "case_id": f"quiet-{n}"} for n in range(8)]
+    path = write_jsonl(messages)
+
+    single = publish(str(path))
+    batched = publish(str(path), "--batch", "7")
+
+    assert (single.code, batched.code) == (OK, OK)
+    client = redis.Redis.from_url(BROKER_URL)
+    try:
+        headers = [json.loads(raw)["headers"] for raw in reversed(client.lrange(queue, 0, -1))]
+    finally:
+        client.close()
+    named = [f"case_id=quiet-{n} input_hash={hash_of_message(m)}" for n, m in enumerate(messages)]
+    assert [h["argsrepr"] for h in headers] == [
+        *named,
+        "7 messages: " + ", ".join(named[:5]) + ", … (+2)",
+        "1 message: " + named[7],
+    ]
+    assert {h["kwargsrepr"] for h in headers} == {"{}"}
+    assert not any(BASE_MESSAGE["answer"] in json.dumps(h) for h in headers)
+
+
+def hash_of_message(message: dict[str, Any]) -> str:
+    return input_hash(AttributionResult.model_validate(message))
 
 
 def ledger_entries(key_prefix: str) -> list[tuple[str, int, str, str]]:
