@@ -553,6 +553,8 @@ def test_mutual_tls_presents_evidence_tls_cert_file(
     write_jsonl: Callable[..., Path],
     message_dict: Callable[..., dict[str, Any]],
     amqp_queue: str,
+    redis_url: str,
+    key_prefix: str,
     *,
     target: str,
     certificate: bool,
@@ -571,6 +573,8 @@ def test_mutual_tls_presents_evidence_tls_cert_file(
             if target == "rediss-broker"
             else servers.amqps_url(mutual=True)
         )
+        if target == "amqps-broker":  # the publish ledger: the test's own keys, not DB 0's
+            env.update({"EVIDENCE_STORE_URL": redis_url, "EVIDENCE_KEY_PREFIX": key_prefix})
         args = ["publish", str(write_jsonl([message_dict(case_id=f"{target}-mutual")]))]
 
     run = cli(*args, env=env)
