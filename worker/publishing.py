@@ -239,11 +239,12 @@ def publish_lines(
                 result.rejected.append((number, str(error)))
                 continue
             text = body.decode("utf-8")  # parse_message has rejected anything not UTF-8
-            size = len(json.dumps(text)) + 2  # as the transport escapes it, with ", "
-            if pending and pending_bytes + size > max_batch_bytes - BATCH_ENVELOPE_BYTES:
-                close_task()
+            if batch_size > 1:  # a task of one message is bounded by the message limit
+                size = len(json.dumps(text)) + 2  # as the transport escapes it, with ", "
+                if pending and pending_bytes + size > max_batch_bytes - BATCH_ENVELOPE_BYTES:
+                    close_task()
+                pending_bytes += size
             pending.append((message, text))
-            pending_bytes += size
             if len(pending) >= batch_size:
                 close_task()
         close_task()

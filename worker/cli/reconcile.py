@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import add_worker_store_option, describe, dumps_line, opened_store
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from worker.stores import Ledger, LedgerEntry
 
 DEFAULT_OLDER_THAN = "10m"
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
@@ -83,7 +87,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return UNRECORDED if found else OK
 
 
-def _republish(entries: Any, store: Any, settings: Settings, *, now: datetime) -> int:
+def _republish(
+    entries: Iterable[LedgerEntry], store: Ledger, settings: Settings, *, now: datetime
+) -> int:
     from worker.app import create_app
     from worker.cli.publish import bound_broker_waits
     from worker.reconcile import as_line, republish

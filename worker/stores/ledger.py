@@ -28,6 +28,13 @@ def write_id(task_id: str, position: int) -> str:
     return f"{task_id}:{position}"
 
 
+def task_and_position(write_id: str) -> tuple[str, str]:
+    """The task ID and the position (as written) of a write id: write_id()'s inverse, taken
+    from the last colon, as the record script takes it (a task ID may hold colons)."""
+    task_id, _, position = write_id.rpartition(":")
+    return task_id, position
+
+
 class LedgerEntry(BaseModel):
     """One published message: which task and position carry it, and what it is."""
 

@@ -28,6 +28,7 @@ from worker.stores.keys import (
     ledger_task_key,
     outcome_key,
 )
+from worker.stores.ledger import task_and_position
 from worker.stores.redis_ledger import RedisLedger
 
 MAX_ALERTS = 10_000
@@ -261,7 +262,7 @@ class RedisStore(RedisLedger):
                 keys += (
                     outcome_key(self.prefix, input_hash),
                     attempts_key(self.prefix, input_hash),
-                    ledger_task_key(self.prefix, (write_id or "").rpartition(":")[0]),
+                    ledger_task_key(self.prefix, task_and_position(write_id or "")[0]),
                 )
                 args += script_args(attempt)
                 args.append(write_id or "")

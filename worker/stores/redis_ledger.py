@@ -12,7 +12,7 @@ import redis
 
 from worker.stores.base import DeadLetter
 from worker.stores.keys import ledger_key, ledger_task_key
-from worker.stores.ledger import LedgerEntry
+from worker.stores.ledger import LedgerEntry, task_and_position
 
 T = TypeVar("T")
 
@@ -89,7 +89,7 @@ class RedisLedger:
         pipe = self.client.pipeline(transaction=False)
         closes = []
         for write_id in write_ids:
-            task_id, _, position = write_id.rpartition(":")
+            task_id, position = task_and_position(write_id)
             closes.append((task_id, int(position)))
         self._close_calls(pipe, closes)
         self._call(pipe.execute)
@@ -135,7 +135,7 @@ class RedisLedger:
     def _entries(self, write_ids: list[str]) -> Iterator[LedgerEntry]:
         by_task: dict[str, list[str]] = defaultdict(list)
         for write_id in write_ids:
-            task_id, _, position = write_id.rpartition(":")
+            task_id, position = task_and_position(write_id)
             by_task[task_id].append(position)
 
         def read() -> list[Any]:
