@@ -23,6 +23,7 @@ from worker.stores import DeadLetter, History, Recorded, ResultStore, open_store
 from worker.stores.keys import attempts_key, outcome_key
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from worker.stores.sqlite_transaction import immediate
 
 HASH = "a" * 64
 OTHER_HASH = "b" * 64
@@ -1054,5 +1055,27 @@ def test_a_store_from_a_url_bounds_its_waits_and_keeps_its_connections_probed(
         assert options["socket_keepalive_options"] == TCP_KEEPALIVE_OPTIONS
         assert options["health_check_interval"] == 30
         store.alert_count()  # a connection made with them
+    finally:
+        store.close()
+
+
+def test_a_sqlite_write_that_fails_is_rolled_back_and_the_next_one_lands(tmp_path: Path) -> None:
+    """Every SQLite write goes through one transaction helper: a failure inside it leaves no
+    half-written rows and no open transaction behind it."""
+    store = SQLiteStore(tmp_path / "s.sqlite3")
+    try:
+
+        def half_written() -> None:
+            with immediate(store._db) as db:
+                db.execute("INSERT INTO alerts (alert) VALUES ('half')")
+                raise ZeroDivisionError
+
+        with pytest.raises(ZeroDivisionError):
+            half_written()
+
+        assert store.alert_count() == 0
+        letter = DeadLetter(received_at=FIXED_NOW, error="e", body="{}")
+        store.dead_letter(letter)
+        assert store.dead_letters() == [letter.bounded(store.dead_letter_max_bytes)]
     finally:
         store.close()

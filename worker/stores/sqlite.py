@@ -22,6 +22,7 @@ from worker.stores.base import (
     outcome_json,
 )
 from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
+from worker.stores.sqlite_transaction import immediate
 
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
 # keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry;
@@ -175,8 +176,7 @@ class SQLiteStore(SQLiteLedger):
         if self._schema_version() == SCHEMA_VERSION:
             return
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(db):
             version = self._schema_version()
             if version > SCHEMA_VERSION:
                 raise ConfigurationError(
@@ -189,10 +189,6 @@ class SQLiteStore(SQLiteLedger):
             for statement in SCHEMA:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def _has_version_0_tables(self) -> bool:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
@@ -225,8 +221,7 @@ class SQLiteStore(SQLiteLedger):
         alerts: list[str] = []
         counted: set[int] = set()
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(db):
             outcomes = self._outcomes({input_hash for input_hash, _ in items})
             known = self._writes(
                 {
@@ -291,10 +286,6 @@ class SQLiteStore(SQLiteLedger):
                 alerts,
                 ids,
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         return results
 
     def _outcomes(self, hashes: set[str]) -> dict[str, _Outcome]:
@@ -449,17 +440,19 @@ class SQLiteStore(SQLiteLedger):
     def dead_letter(self, *letters: DeadLetter) -> None:
         if not letters:
             return
-        self._db.execute("BEGIN IMMEDIATE")
-        self._db.executemany(
-            "INSERT INTO dead_letters (letter) VALUES (?)",
-            [(letter.bounded(self.dead_letter_max_bytes).model_dump_json(),) for letter in letters],
-        )
-        self._db.execute(
-            "DELETE FROM dead_letters WHERE id <= (SELECT MAX(id) FROM dead_letters) - ?",
-            (MAX_DEAD_LETTERS,),
-        )
-        self._close_letters(letters)
-        self._db.execute("COMMIT")
+        with immediate(self._db):
+            self._db.executemany(
+                "INSERT INTO dead_letters (letter) VALUES (?)",
+                [
+                    (letter.bounded(self.dead_letter_max_bytes).model_dump_json(),)
+                    for letter in letters
+                ],
+            )
+            self._db.execute(
+                "DELETE FROM dead_letters WHERE id <= (SELECT MAX(id) FROM dead_letters) - ?",
+                (MAX_DEAD_LETTERS,),
+            )
+            self._close_letters(letters)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         rows = self._db.execute(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from worker.stores.base import DeadLetter
 from worker.stores.ledger import LedgerEntry
+from worker.stores.sqlite_transaction import immediate
 
 # published_at: seconds since the epoch, for the range scans by age.
 LEDGER_SCHEMA = (
@@ -36,9 +37,7 @@ class SQLiteLedger:
     def note_published(self, entries: Sequence[LedgerEntry]) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._db) as db:
             db.executemany(
                 "INSERT OR REPLACE INTO ledger (write_id, task_id, published_at, entry)"
                 " VALUES (?, ?, ?, ?)",
@@ -48,10 +47,6 @@ class SQLiteLedger:
                 ],
             )
             db.execute("DELETE FROM ledger WHERE published_at < ?", (self._forget_before(),))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def _close(self, write_ids: Iterable[str | None]) -> None:
         """Within the caller's transaction."""
@@ -72,9 +67,8 @@ class SQLiteLedger:
         )
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-        self._close(write_ids)
-        self._db.execute("COMMIT")
+        with immediate(self._db):
+            self._close(write_ids)
 
     def count_unrecorded(self, *, published_before: datetime) -> int:
         (count,) = self._db.execute(
