@@ -7,7 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 Status = Literal["pass", "fail", "invalid", "scored"]
-Owner = Literal["evaluation-data", "product"]
+# Who a row goes to (SPEC §9): invalid rows to evaluation data, a failed one by its findings.
+Owner = Literal["evaluation-data", "attribution", "retrieval", "product", "release-rule"]
 CacheOutcome = Literal["miss", "hit", "conflict"]
 
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from contracts.messages import Citation
 from contracts.outcomes import CacheOutcome, Outcome, Owner, Status
+from contracts.triage import Finding
 
 SCORED = "evidence_coverage.scored"
 REJECTED = "evidence_coverage.rejected"
 NONDETERMINISM = "evidence_coverage.nondeterminism"
+CONTRACT_DRIFT = "evidence_coverage.contract_drift"
 
 
 class Record(BaseModel):
@@ -20,8 +24,20 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class KeptCitation(Citation):
+    """A citation as a stored attempt keeps it; `excerpt` is the cited answer span, redacted
+    and cut, only with EVIDENCE_KEEP_EXCERPTS=true (and only when the span is valid)."""
+
+    excerpt: str | None = None
+
+
 class Attempt(Record):
-    """One scoring of one message, kept whole so a reviewer sees the exact lists behind it."""
+    """One scoring of one message, kept whole so a reviewer sees the exact lists behind it.
+
+    The triage fields (SPEC §9) are this attempt's own: its findings over its own citations,
+    its owner under the worker's policy. Attempts stored before triage existed read with
+    `citations`, `missing_claim_ids` and `findings` None ("not kept"), `owner` None.
+    """
 
     case_id: str | None
     task_id: str | None
@@ -34,6 +50,12 @@ class Attempt(Record):
     ragas_version: str
     worker_version: str
     redelivered: bool = False
+    contract_version: str | None = None  # None in attempts stored before it was kept
+    citations: list[KeptCitation] | None = None
+    missing_claim_ids: list[str] | None = None
+    findings: list[Finding] | None = None
+    contract_drift: bool = False
+    owner: Owner | None = None
 
     @property
     def outcome(self) -> Outcome:
@@ -41,13 +63,68 @@ class Attempt(Record):
 
 
 class Alert(Record):
-    """A nondeterminism alert: the same input hash gave two outcomes; the first is kept."""
+    """A nondeterminism alert: the same input hash gave two outcomes; the first is kept.
 
+    Raised once per (input hash, first outcome, observed outcome): the same conflict seen
+    again (a re-run of a file) is recorded as an attempt, not alerted again."""
+
+    kind: Literal["nondeterminism"] = "nondeterminism"
     input_hash: str
     decision: Literal["kept_first"] = "kept_first"
     first: Attempt
     observed: Attempt
     raised_at: datetime
+
+
+class ContractDriftAlert(Record):
+    """Denominator drift (SPEC §9): one (contract version, case ID), two required sets.
+
+    The store keeps the first sorted required set of a valid row per pair; a later valid row
+    with another set is scored under its own hash, marked contract_drift, and raises this
+    once per (contract version, case ID, required set). `added_claim_ids` and
+    `removed_claim_ids` are what the later set has over the first and lacks from it (filled
+    in from the two sets when not given: the Redis script stores only the sets).
+    """
+
+    kind: Literal["contract_drift"] = "contract_drift"
+    case_id: str
+    contract_version: str
+    first_required_claim_ids: list[str]
+    required_claim_ids: list[str]
+    added_claim_ids: list[str]
+    removed_claim_ids: list[str]
+    first_input_hash: str
+    input_hash: str
+    first_task_id: str | None
+    task_id: str | None
+    raised_at: datetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _differences(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "added_claim_ids" not in data:
+            first = set(data.get("first_required_claim_ids") or [])
+            later = set(data.get("required_claim_ids") or [])
+            data = {
+                **data,
+                "added_claim_ids": sorted(later - first),
+                "removed_claim_ids": sorted(first - later),
+            }
+        return data
+
+
+AnyAlert = Alert | ContractDriftAlert
+ALERT_EVENTS: dict[str, str] = {"nondeterminism": NONDETERMINISM, "contract_drift": CONTRACT_DRIFT}
+_ALERTS: TypeAdapter[AnyAlert] = TypeAdapter(
+    Annotated[Alert | ContractDriftAlert, Field(discriminator="kind")]
+)
+
+
+def parse_alert(text: str | bytes) -> AnyAlert:
+    """An alert as a store keeps it; one kept before alerts had kinds is a nondeterminism one."""
+    data = json.loads(text)
+    data.setdefault("kind", "nondeterminism")
+    return _ALERTS.validate_python(data)
 
 
 class ScoreRecord(Record):
@@ -69,6 +146,10 @@ class ScoreRecord(Record):
     blocking: bool | None
     owner: Owner | None
     cache: CacheOutcome | None
+    # SPEC §9: the missing IDs as a list (None for invalid rows), why each is missing.
+    missing_claim_ids: list[str] | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    contract_drift: bool = False
     observed_value: float | None = None
     observed_reason: str | None = None
     task_id: str | None = None
@@ -103,6 +184,16 @@ class AlertRecord(Alert):
     event: Literal["evidence_coverage.nondeterminism"]
 
 
+class ContractDriftRecord(ContractDriftAlert):
+    """The published shape of the ERROR line emitted beside a drifted row's record."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    timestamp: datetime
+    level: Literal["error"]
+    event: Literal["evidence_coverage.contract_drift"]
+
+
 def json_schemas() -> dict[str, dict[str, Any]]:
     """Every published JSON Schema, by file name under contracts/schemas/."""
     from contracts.messages import AttributionResult, ReleaseRow
@@ -112,5 +203,6 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "release-row.schema.json": ReleaseRow,
         "coverage-record.schema.json": CoverageRecord,
         "alert-record.schema.json": AlertRecord,
+        "contract-drift-record.schema.json": ContractDriftRecord,
     }
     return {name: model.model_json_schema() for name, model in models.items()}

@@ -1,7 +1,7 @@
 """Triage (SPEC §9): from a row's number to the artifact to open and the team that owns it.
 
-Pure and deterministic: the message's contexts, citations and `expected_evidence`, its
-outcome and the policy's decision in; the missing claim IDs, one finding per missing claim
+Pure and deterministic: the message's contexts, citations and `expected_evidence` and the
+policy's decision on its outcome in; the missing claim IDs, one finding per missing claim
 (and one per stray citation or uncited supported claim), and the row's owner out. The metric
 is not involved: triage explains its number, it never changes it.
 """
@@ -14,7 +14,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict
 
 from contracts.messages import AttributionResult, Citation
-from contracts.outcomes import Decision, Outcome
+from contracts.outcomes import Decision, Owner
 
 FindingName = Literal[
     "cited_document_not_retrieved",
@@ -27,7 +27,6 @@ FindingName = Literal[
     "supported_without_citation",
 ]
 FindingOwner = Literal["attribution", "retrieval", "product"]
-RowOwner = Literal["evaluation-data", "attribution", "retrieval", "product", "release-rule"]
 
 OWNER_OF: Final[dict[FindingName, FindingOwner]] = {
     "cited_document_not_retrieved": "attribution",
@@ -67,12 +66,11 @@ class Triage(BaseModel):
 
     missing_claim_ids: list[str] | None
     findings: list[Finding]
-    owner: RowOwner | None
+    owner: Owner | None
 
 
 def triage(
     message: AttributionResult,
-    outcome: Outcome,
     decision: Decision,
     *,
     contract_drift: bool = False,
@@ -85,14 +83,16 @@ def triage(
     value. Either makes the owner of a valid row `evaluation-data` or `release-rule`, drift
     first (when the required set itself moved, comparing two rules over it says nothing).
     """
-    if outcome.value is None:
+    if decision.status == "invalid":  # the metric's rules, or a policy group not defined
         return Triage(missing_claim_ids=None, findings=[], owner="evaluation-data")
     findings = _findings(message)
     missing = [f.claim_id for f in findings if f.finding not in _BESIDE]
     return Triage(
         missing_claim_ids=missing,
         findings=findings,
-        owner=_owner(decision, findings, contract_drift=contract_drift, release_rule=release_rule),
+        owner=row_owner(
+            decision, findings, contract_drift=contract_drift, release_rule=release_rule
+        ),
     )
 
 
@@ -180,9 +180,12 @@ def _finding(claim: str, name: FindingName, document_ids: list[str]) -> Finding:
     return Finding(claim_id=claim, finding=name, owner=OWNER_OF[name], document_ids=document_ids)
 
 
-def _owner(
+def row_owner(
     decision: Decision, findings: Iterable[Finding], *, contract_drift: bool, release_rule: bool
-) -> RowOwner | None:
+) -> Owner | None:
+    """The owner of a row with these findings (SPEC §9's precedence); see triage()."""
+    if decision.status == "invalid":
+        return "evaluation-data"
     if contract_drift:
         return "evaluation-data"
     if release_rule:

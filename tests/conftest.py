@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import structlog
 from hypothesis import settings
 
 from contracts import AttributionResult
+from worker.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"
@@ -48,6 +51,13 @@ BASE_MESSAGE: dict[str, Any] = {
         "params": {"temperature": 0.0, "seed": 7},
     },
 }
+
+# Citations of the base message's two supported claims, into its answer: with them its
+# missing claim is `not_cited`, owned by the product (SPEC §9).
+CITED_SUPPORTED: list[dict[str, Any]] = [
+    {"claim_id": "refund-window", "document_id": "policy/returns#window", "answer_span": [0, 36]},
+    {"claim_id": "support-channel", "document_id": "help/contact#chat", "answer_span": [37, 69]},
+]
 
 
 @pytest.fixture(autouse=True)
@@ -94,3 +104,48 @@ def write_jsonl(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@dataclass
+class Run:
+    """One in-process CLI run: exit code, stdout parsed as JSON lines, raw stdout and stderr."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.splitlines()]
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The per-message records (scored and rejected), without alert lines."""
+        return [line for line in self.lines if line["event"] != "evidence_coverage.nondeterminism"]
+
+    @property
+    def alerts(self) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line["event"] == "evidence_coverage.nondeterminism"]
+
+    @property
+    def hashes(self) -> list[str]:
+        return [line["input_hash"] for line in self.lines]
+
+    @property
+    def summary(self) -> str:
+        """The single stderr line, without the run's elapsed time and store."""
+        lines = self.err.splitlines()
+        assert len(lines) == 1, self.err
+        return re.sub(r" \(\d+\.\d+s, store [^()]*\)$", "", lines[0])
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
+    """Run `evidence-worker ARGS` in-process and capture what it printed."""
+
+    def run(*argv: str | Path) -> Run:
+        code = main([str(arg) for arg in argv])
+        captured = capsys.readouterr()
+        return Run(code=code, out=captured.out, err=captured.err)
+
+    return run

@@ -12,6 +12,14 @@ from worker.scoring import WORKER_VERSION
 from worker.stores import LedgerEntry
 
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
+# The base message has no citations: its one missing claim cannot be told apart (SPEC §9).
+NO_ARTIFACT: dict[str, Any] = {
+    "claim_id": "refund-method",
+    "finding": "attribution_artifact_missing",
+    "owner": "attribution",
+    "document_ids": [],
+    "evidence_retrieved": None,
+}
 REQUIRED = ["refund-window", "refund-method", "support-channel"]
 
 
@@ -35,7 +43,8 @@ def attempt(**overrides: Any) -> Attempt:
 def expected_scored(
     message: AttributionResult | Mapping[str, Any], **fields: Any
 ) -> dict[str, Any]:
-    """The record fields of `message` scored on a miss in report-only mode (2 of 3 claims)."""
+    """The record fields of `message` scored on a miss in report-only mode (2 of 3 claims);
+    an invalid one (status="invalid") has no missing claim IDs and no findings."""
     model = (
         message
         if isinstance(message, AttributionResult)
@@ -58,6 +67,9 @@ def expected_scored(
         "blocking": True,
         "owner": None,
         "cache": "miss",
+        "missing_claim_ids": None if fields.get("status") == "invalid" else ["refund-method"],
+        "findings": [] if fields.get("status") == "invalid" else [NO_ARTIFACT],
+        "contract_drift": False,
         "observed_value": None,
         "observed_reason": None,
         "task_id": None,
@@ -86,6 +98,9 @@ def expected_rejected(reason: str, **fields: Any) -> dict[str, Any]:
         "blocking": None,
         "owner": "evaluation-data",
         "cache": None,
+        "missing_claim_ids": None,
+        "findings": [],
+        "contract_drift": False,
         "observed_value": None,
         "observed_reason": None,
         "task_id": None,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from contracts import Alert
-from worker.logging import emit_alert, get_logger
+from worker.logging import alert_fields, emit_alert, get_logger
 from worker.settings import WEBHOOK_DEADLINE_SECONDS, WEBHOOK_DRAIN_SECONDS
 
 if TYPE_CHECKING:
@@ -229,9 +229,7 @@ class AlertSink:
     def raise_alert(self, alert: Alert, **context: Any) -> None:
         emit_alert(alert, **context)
         if self.webhook is not None:
-            self.webhook.send(
-                {"event": "evidence_coverage.nondeterminism", **alert.model_dump(mode="json")}
-            )
+            self.webhook.send({"event": "evidence_coverage.nondeterminism", **alert_fields(alert)})
 
     def close(self) -> None:
         if self.webhook is not None:

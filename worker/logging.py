@@ -16,7 +16,7 @@ import logging
 import sys
 import traceback
 from collections.abc import MutableMapping
-from typing import Any, Literal, TextIO
+from typing import Any, Final, Literal, TextIO
 
 import orjson
 import structlog
@@ -156,19 +156,31 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
 
     `context` adds fields or sets record fields known only after it was built (duration_ms).
     """
-    # Every ScoreRecord field is a JSON value already (str, float, int, bool, None), so the
-    # model's field values (its __dict__) are its JSON dump, without model_dump's walk.
+    # Every ScoreRecord field but `findings` is a JSON value already (str, float, int, bool,
+    # None, lists of str), so the model's field values (its __dict__) are its JSON dump,
+    # without model_dump's walk.
     fields = record.__dict__.copy()
     del fields["event"]
+    if record.findings:  # the one field of models
+        fields["findings"] = [finding.model_dump(mode="json") for finding in record.findings]
     fields.update(context)
     log = get_logger()
     method = log.info if record.log_level == "info" else log.warning
     method(record.event, **fields)
 
 
+# A stored attempt's excerpts (EVIDENCE_KEEP_EXCERPTS) are answer text: they stay in the store.
+_NO_EXCERPTS: Final = {"citations": {"__all__": {"excerpt"}}}
+
+
+def alert_fields(alert: Alert) -> dict[str, Any]:
+    """An alert as JSON values for a log line or the webhook: both attempts, no excerpts."""
+    return alert.model_dump(mode="json", exclude={"first": _NO_EXCERPTS, "observed": _NO_EXCERPTS})
+
+
 def emit_alert(alert: Alert, **context: Any) -> None:
     """The nondeterminism alert as its own ERROR line: both outcomes and both attempts."""
-    get_logger().error(NONDETERMINISM, **alert.model_dump(mode="json"), **context)
+    get_logger().error(NONDETERMINISM, **alert_fields(alert), **context)
 
 
 def exception_fields(

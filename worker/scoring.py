@@ -17,6 +17,7 @@ from contracts import (
     Alert,
     Attempt,
     AttributionResult,
+    Decision,
     Outcome,
     Policy,
     ScoreRecord,
@@ -25,8 +26,10 @@ from contracts import (
 )
 from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
-from contracts.records import REJECTED, SCORED
+from contracts.records import REJECTED, SCORED, KeptCitation
+from contracts.triage import Triage, triage
 from worker.intake import case_id_of
+from worker.redaction import excerpt
 from worker.stores import OutcomeStore, Recorded
 from worker.stores.ledger import write_id as ledger_write_id
 
@@ -70,58 +73,114 @@ def score(message: AttributionResult) -> tuple[str, Outcome]:
     return input_hash(message), Outcome(value=value, reason=reason)
 
 
-def make_attempt(
-    message: AttributionResult, outcome: Outcome, *, now: datetime, delivery: Delivery
-) -> Attempt:
-    return Attempt(
-        case_id=message.case_id,
-        task_id=delivery.task_id,
-        required_claim_ids=message.required_claim_ids,
-        supported_claim_ids=message.supported_claim_ids,
-        value=outcome.value,
-        reason=outcome.reason,
-        recorded_at=now,
-        metric_version=METRIC_VERSION,
-        ragas_version=RAGAS_VERSION,
-        worker_version=WORKER_VERSION,
-        redelivered=delivery.redelivered,
-    )
+@dataclass(frozen=True)
+class Judged:
+    """One message scored and judged under the process's policy, before it is recorded."""
+
+    message: AttributionResult
+    delivery: Delivery
+    input_hash: str
+    outcome: Outcome
+    decision: Decision
+    triage: Triage
 
 
-def build_record(
-    message: AttributionResult,
-    *,
-    hash_: str,
-    recorded: Recorded,
-    observed: Outcome,
-    policy: Policy | None,
-    delivery: Delivery,
-) -> ScoreRecord:
-    """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`."""
-    # A miss is the first; a hit agrees with it by definition: only a conflict needs the first.
-    canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
-    decision = decide(
-        canonical,
+def judge(message: AttributionResult, delivery: Delivery, policy: Policy | None) -> Judged:
+    """Score a message, decide its outcome and triage it (SPEC §9)."""
+    hash_, outcome = score(message)
+    decision = _decide(message, outcome, policy)
+    return Judged(message, delivery, hash_, outcome, decision, triage(message, decision))
+
+
+def _decide(message: AttributionResult, outcome: Outcome, policy: Policy | None) -> Decision:
+    return decide(
+        outcome,
         policy,
         policy_group=message.policy_group,
         blocking=message.blocking,
         contract_version=message.contract_version,
     )
+
+
+def kept_citations(message: AttributionResult, excerpt_chars: int | None) -> list[KeptCitation]:
+    """The message's citations as an attempt keeps them, each with its excerpt when
+    `excerpt_chars` is set (EVIDENCE_KEEP_EXCERPTS)."""
+    return [
+        KeptCitation.model_construct(  # the message's citations are valid already
+            claim_id=citation.claim_id,
+            document_id=citation.document_id,
+            answer_span=citation.answer_span,
+            excerpt=None
+            if excerpt_chars is None
+            else excerpt(message.answer, citation.answer_span, excerpt_chars),
+        )
+        for citation in message.citations
+    ]
+
+
+def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = None) -> Attempt:
+    message, found = judged.message, judged.triage
+    return Attempt(
+        case_id=message.case_id,
+        task_id=judged.delivery.task_id,
+        required_claim_ids=message.required_claim_ids,
+        supported_claim_ids=message.supported_claim_ids,
+        value=judged.outcome.value,
+        reason=judged.outcome.reason,
+        recorded_at=now,
+        metric_version=METRIC_VERSION,
+        ragas_version=RAGAS_VERSION,
+        worker_version=WORKER_VERSION,
+        redelivered=judged.delivery.redelivered,
+        contract_version=message.contract_version,
+        citations=kept_citations(message, excerpt_chars),
+        missing_claim_ids=found.missing_claim_ids,
+        findings=found.findings,
+        owner=found.owner,
+    )
+
+
+def first_triage(message: AttributionResult, first: Attempt, decision: Decision) -> Triage:
+    """The triage of a hash's first attempt: its supported set and citations over the
+    message's hashed inputs (the same answer, contexts and expected evidence). An attempt kept
+    before citations were has none to give: the message's stand in."""
+    update: dict[str, object] = {"supported_claim_ids": first.supported_claim_ids}
+    if first.citations is not None:
+        update["citations"] = first.citations
+    return triage(message.model_copy(update=update), decision)
+
+
+def build_record(
+    judged: Judged, *, recorded: Recorded, observed: Outcome, policy: Policy | None
+) -> ScoreRecord:
+    """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`."""
+    message, delivery = judged.message, judged.delivery
+    # A miss is the first; a hit agrees with it by definition: only a conflict needs the first.
+    if recorded.cache != "conflict" and observed == judged.outcome:
+        decision, found = judged.decision, judged.triage
+    else:
+        canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
+        decision = _decide(message, canonical, policy)
+        found = first_triage(message, recorded.first, decision)
     repeat = recorded.cache != "miss"
+    fields = decision.__dict__.copy()  # its field values: what model_dump() would copy
+    fields["owner"] = found.owner
     return ScoreRecord(
         event=SCORED,
         case_id=message.case_id,
-        input_hash=hash_,
+        input_hash=judged.input_hash,
         metric_version=METRIC_VERSION,
         ragas_version=RAGAS_VERSION,
         worker_version=WORKER_VERSION,
         cache=recorded.cache,
+        missing_claim_ids=found.missing_claim_ids,
+        findings=found.findings,
         observed_value=observed.value if repeat else None,
         observed_reason=observed.reason if repeat else None,
         task_id=delivery.task_id,
         trace_id=message.trace_id,
         line=delivery.line,
-        **decision.__dict__,  # its field values: what model_dump() would copy
+        **fields,
     )
 
 
@@ -132,9 +191,12 @@ def process(
     policy: Policy | None,
     clock: Clock = utc_now,
     delivery: Delivery = Delivery(),
+    excerpt_chars: int | None = None,
 ) -> Processed:
     """Score one validated message and record it under its input hash."""
-    return process_many([(message, delivery)], store=store, policy=policy, clock=clock)[0]
+    return process_many(
+        [(message, delivery)], store=store, policy=policy, clock=clock, excerpt_chars=excerpt_chars
+    )[0]
 
 
 def write_ids(deliveries: Sequence[Delivery]) -> list[str | None]:
@@ -168,14 +230,15 @@ def process_many(
     store: OutcomeStore,
     policy: Policy | None,
     clock: Clock = utc_now,
+    excerpt_chars: int | None = None,
 ) -> list[Processed]:
     """Score messages and record them in one store call; each keeps its own hit/conflict."""
     now = clock()
-    scored = [(message, delivery, *score(message)) for message, delivery in items]
+    judged = [judge(message, delivery, policy) for message, delivery in items]
     recorded = store.record_many(
         [
-            (hash_, make_attempt(message, outcome, now=now, delivery=delivery))
-            for message, delivery, hash_, outcome in scored
+            (one.input_hash, make_attempt(one, now=now, excerpt_chars=excerpt_chars))
+            for one in judged
         ],
         now=now,
         write_ids=write_ids([delivery for _, delivery in items]),
@@ -183,17 +246,15 @@ def process_many(
     return [
         Processed(
             record=build_record(
-                message,
-                hash_=hash_,
+                one,
                 recorded=result,
-                observed=original_outcome(result) if result.replayed else outcome,
+                observed=original_outcome(result) if result.replayed else one.outcome,
                 policy=policy,
-                delivery=delivery,
             ),
             alert=result.alert,
             replayed=result.replayed,
         )
-        for (message, delivery, hash_, outcome), result in zip(scored, recorded, strict=True)
+        for one, result in zip(judged, recorded, strict=True)
     ]
 
 

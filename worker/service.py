@@ -100,7 +100,13 @@ class Service:
         with structlog.contextvars.bound_contextvars(case_ids=case_ids):
             self.store.dead_letter(*letters)
             scored = iter(
-                process_many(admitted, store=self.store, policy=self.policy, clock=self.clock)
+                process_many(
+                    admitted,
+                    store=self.store,
+                    policy=self.policy,
+                    clock=self.clock,
+                    excerpt_chars=self.settings.excerpt_chars,
+                )
             )
         results = [slot if slot is not None else next(scored) for slot in slots]
         self._emit(results, seconds=time.perf_counter() - started)

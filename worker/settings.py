@@ -67,6 +67,13 @@ class Settings(BaseSettings):
         description="JSON line field names: OpenTelemetry's (otel) or those plus ECS's (ecs)",
     )
     log_raw_text: bool = False
+    keep_excerpts: bool = Field(
+        default=False,
+        description="stored attempts keep each citation's answer span, redacted (never logged)",
+    )
+    excerpt_max_chars: int = Field(
+        default=280, gt=0, description="the longest excerpt a stored attempt keeps"
+    )
     result_ttl_seconds: int | None = Field(default=None, gt=0)
     visibility_timeout_seconds: int = Field(default=300, gt=0)
     broker_socket_timeout_seconds: float = Field(
@@ -181,6 +188,11 @@ class Settings(BaseSettings):
         if value not in {"json", "console"}:
             raise ValueError("must be 'json' or 'console'")
         return value
+
+    @property
+    def excerpt_chars(self) -> int | None:
+        """How much of each cited span a stored attempt keeps: None when excerpts are off."""
+        return self.excerpt_max_chars if self.keep_excerpts else None
 
     @property
     def store_retry_window(self) -> float:

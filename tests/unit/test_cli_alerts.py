@@ -3,9 +3,7 @@ that is the source of truth, on an embedded SQLite store."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,34 +11,11 @@ import pytest
 
 from contracts import Alert
 from tests import factories
-from tests.conftest import FIXED_NOW
+from tests.conftest import FIXED_NOW, Run
 from worker.cli import main
 from worker.stores.sqlite import SQLiteStore
 
 HOUR = timedelta(hours=1)
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def hashes(self) -> list[str]:
-        return [json.loads(line)["input_hash"] for line in self.out.splitlines()]
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
-    """Run `evidence-worker ARGS` in-process and capture what it printed."""
-
-    def run(*argv: str) -> Run:
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        return Run(code=code, out=captured.out, err=captured.err)
-
-    return run
 
 
 @pytest.fixture

@@ -9,19 +9,15 @@ import pytest
 
 from contracts import json_schemas
 from tests.conftest import ROOT
+from tests.unit.test_schemas import EXPECTED_FILES
 from worker.cli import main
 
 SCHEMA_DIR = ROOT / "contracts" / "schemas"
-SCHEMA_NAMES = [
-    "alert-record.schema.json",
-    "attribution-result.schema.json",
-    "coverage-record.schema.json",
-    "release-row.schema.json",
-]
+SCHEMA_NAMES = EXPECTED_FILES
 
 
 def test_schema_prints_the_four_schemas(capsys: pytest.CaptureFixture[str]) -> None:
-    """`schema` prints one JSON object keyed by the four schema file names, and exits 0."""
+    """`schema` prints one JSON object keyed by the five schema file names, and exits 0."""
     code = main(["schema"])
     printed = json.loads(capsys.readouterr().out)
 
@@ -45,10 +41,10 @@ def test_printed_schemas_are_the_models_schemas(capsys: pytest.CaptureFixture[st
     assert json.loads(capsys.readouterr().out) == json_schemas()
 
 
-def test_schema_write_creates_four_identical_files(
+def test_schema_write_creates_five_identical_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`schema --write DIR` writes four files byte-identical to contracts/schemas/."""
+    """`schema --write DIR` writes five files byte-identical to contracts/schemas/."""
     target = tmp_path / "out" / "schemas"
     code = main(["schema", "--write", str(target)])
     captured = capsys.readouterr()
@@ -58,7 +54,7 @@ def test_schema_write_creates_four_identical_files(
     for name in SCHEMA_NAMES:
         assert (target / name).read_bytes() == (SCHEMA_DIR / name).read_bytes(), name
     assert captured.out == ""
-    assert captured.err == f"schema: wrote 4 files to {target}\n"
+    assert captured.err == f"schema: wrote 5 files to {target}\n"
 
 
 def test_schema_write_overwrites_stale_files(

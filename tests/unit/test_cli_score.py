@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from contracts import (
     parse_policy,
     policy_from_threshold,
 )
-from tests.conftest import EXAMPLES
+from tests.conftest import CITED_SUPPORTED, EXAMPLES, Run
 from worker.cli import main
 
 EXAMPLE_FILE = EXAMPLES / "attribution-results.jsonl"
@@ -46,50 +44,9 @@ EXAMPLE_FIRST_RUN = [
 CONFIG_ERROR_PREFIX = "evidence-worker: configuration error: "
 
 
-@dataclass
-class Run:
-    """One in-process CLI run: exit code, stdout parsed as JSON lines, raw stdout and stderr."""
-
-    code: int
-    out: str
-    err: str
-
-    @property
-    def lines(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.out.splitlines()]
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        """The per-message records (scored and rejected), without alert lines."""
-        return [line for line in self.lines if line["event"] != "evidence_coverage.nondeterminism"]
-
-    @property
-    def alerts(self) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line["event"] == "evidence_coverage.nondeterminism"]
-
-    @property
-    def summary(self) -> str:
-        """The single stderr line, without the run's elapsed time and store."""
-        lines = self.err.splitlines()
-        assert len(lines) == 1, self.err
-        return re.sub(r" \(\d+\.\d+s, store [^()]*\)$", "", lines[0])
-
-
 @pytest.fixture
 def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/s.sqlite3"
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
-    """Run `evidence-worker ARGS` in-process and capture what it printed."""
-
-    def run(*argv: str | Path) -> Run:
-        code = main([str(arg) for arg in argv])
-        captured = capsys.readouterr()
-        return Run(code=code, out=captured.out, err=captured.err)
-
-    return run
 
 
 @pytest.fixture
@@ -192,15 +149,15 @@ def test_example_file_decisions_carry_policy_threshold_and_owner(
         for r in run.records
     ] == [
         ("refund-001", "default", 0.85, True, None),
-        ("refund-002", "default", 0.85, True, "product"),
-        ("refund-002-rerun", "default", 0.85, True, "product"),
-        ("refund-002-retry", "default", 0.85, True, "product"),
-        ("transfer-fee-007", "disclosure", 1.0, True, "product"),
+        ("refund-002", "default", 0.85, True, "attribution"),
+        ("refund-002-rerun", "default", 0.85, True, "attribution"),
+        ("refund-002-retry", "default", 0.85, True, "attribution"),
+        ("transfer-fee-007", "disclosure", 1.0, True, "attribution"),
         ("transfer-fee-008", "disclosure", 1.0, True, None),
         ("refund-003", None, None, None, "evaluation-data"),
         ("warranty-011", "default", None, True, "evaluation-data"),
         ("warranty-012", "default", None, True, "evaluation-data"),
-        ("shipping-020", "default", 0.85, False, "product"),
+        ("shipping-020", "default", 0.85, False, "attribution"),
     ]
     assert {r["policy_version"] for r in run.records} == {"2026-12-01"}
 
@@ -521,11 +478,18 @@ def test_blocking_failure_exits_1(
     write_jsonl: Callable[..., Path],
     message_dict: Callable[..., dict[str, Any]],
 ) -> None:
-    """A valid blocking row below policy exits 1 and is routed to product."""
-    run = score(write_jsonl([message_dict()]), "--min-coverage", "0.9")
+    """A valid blocking row below policy exits 1 and is routed to its owner: product, when the
+    supported claims are cited and the missing one is not (SPEC §9's not_cited)."""
+    cited = message_dict(citations=CITED_SUPPORTED)
+    run = score(write_jsonl([cited, message_dict(case_id="no-citations")]), "--min-coverage", "0.9")
 
     assert run.code == 1
-    assert [(r["status"], r["owner"]) for r in run.records] == [("fail", "product")]
+    assert [
+        (r["status"], r["owner"], [f["finding"] for f in r["findings"]]) for r in run.records
+    ] == [
+        ("fail", "product", ["not_cited"]),
+        ("fail", "attribution", ["attribution_artifact_missing"]),
+    ]
 
 
 def test_non_blocking_failure_does_not_change_exit_code(

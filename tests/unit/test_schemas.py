@@ -15,18 +15,19 @@ REGENERATE = "run `evidence-worker schema --write contracts/schemas` and commit 
 EXPECTED_FILES = [
     "alert-record.schema.json",
     "attribution-result.schema.json",
+    "contract-drift-record.schema.json",
     "coverage-record.schema.json",
     "release-row.schema.json",
 ]
 
 
 def test_published_file_names() -> None:
-    """contracts/schemas/ holds exactly the four published schema files."""
+    """contracts/schemas/ holds exactly the five published schema files."""
     assert sorted(path.name for path in SCHEMAS.glob("*.json")) == EXPECTED_FILES, REGENERATE
 
 
 def test_generated_file_names() -> None:
-    """json_schemas() generates exactly the four published schema files."""
+    """json_schemas() generates exactly the five published schema files."""
     assert sorted(json_schemas()) == EXPECTED_FILES
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from contracts import Alert, AttributionResult, ScoreRecord, input_hash, policy_from_threshold
-from tests.conftest import FIXED_NOW
-from tests.factories import expected_rejected, expected_scored
+from tests.conftest import CITED_SUPPORTED, FIXED_NOW
+from tests.factories import NO_ARTIFACT, expected_rejected, expected_scored
 from worker.errors import InputError, OversizeMessage
 from worker.intake import parse_message
 from worker.scoring import (
@@ -201,13 +201,33 @@ def test_process_with_a_policy_passes_at_or_above_threshold(
 def test_process_with_a_policy_fails_below_threshold_owned_by_product(
     message: MessageFactory, store: SQLiteStore
 ) -> None:
-    """With MIN_EVIDENCE_COVERAGE=0.9, 2/3 fails and is routed to product."""
-    msg = message()
+    """With MIN_EVIDENCE_COVERAGE=0.9, 2/3 fails; the supported claims are cited and the
+    missing one is not: routed to product, and the attempt keeps the citations."""
+    msg = message(citations=CITED_SUPPORTED)
 
     processed = process(msg, store=store, policy=policy_from_threshold("0.9"), clock=clock)
 
+    not_cited = {**NO_ARTIFACT, "finding": "not_cited", "owner": "product"}
     assert processed.record == scored(
-        msg, status="fail", threshold=0.9, policy_version="env:0.9", owner="product"
+        msg,
+        status="fail",
+        threshold=0.9,
+        policy_version="env:0.9",
+        owner="product",
+        findings=[not_cited],
+    )
+    history = store.history(processed.record.input_hash or "")
+    assert history is not None
+    kept = history.first
+    assert [c.model_dump() for c in kept.citations or []] == [
+        {**citation, "answer_span": tuple(citation["answer_span"]), "excerpt": None}
+        for citation in CITED_SUPPORTED
+    ]
+    assert (kept.missing_claim_ids, kept.findings, kept.owner, kept.contract_drift) == (
+        ["refund-method"],
+        processed.record.findings,
+        "product",
+        False,
     )
 
 

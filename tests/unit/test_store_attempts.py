@@ -27,6 +27,44 @@ from worker.stores.attempts import (
 )
 
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
+# The triage fields of an attempt (SPEC §9) in every spelling they have: a citation with and
+# without an excerpt, findings with and without evidence_retrieved.
+CITATIONS = [
+    {"claim_id": "refund-window", "document_id": "kb-1", "answer_span": [0, 9]},
+    {
+        "claim_id": " refund-method",
+        "document_id": 'kb "2"',
+        "answer_span": [-1, 99],
+        "excerpt": None,
+    },
+    {
+        "claim_id": "support-channel",
+        "document_id": "kb-3",
+        "answer_span": [10, 20],
+        "excerpt": "Réf ü\n",
+    },
+]
+FINDINGS = [
+    {
+        "claim_id": "refund-method",
+        "finding": "cited_span_invalid",
+        "owner": "attribution",
+        "document_ids": ['kb "2"'],
+    },
+    {
+        "claim_id": "x",
+        "finding": "not_cited",
+        "owner": "product",
+        "document_ids": ["kb-1"],
+        "evidence_retrieved": True,
+    },
+]
+TRIAGED = {
+    "citations": CITATIONS,
+    "missing_claim_ids": ["refund-method"],
+    "findings": FINDINGS,
+    "owner": "attribution",
+}
 
 
 def attempt(n: int = 1, **changes: Any) -> Attempt:
@@ -172,6 +210,9 @@ def test_a_conflict_with_other_lists_stores_what_differs() -> None:
         pytest.param({"redelivered": True}, id="redelivered"),
         pytest.param({"value": None, "reason": "", "case_id": None, "task_id": None}, id="nulls"),
         pytest.param({"value": -0.0}, id="negative-zero"),
+        pytest.param(TRIAGED, id="triaged"),
+        pytest.param({**TRIAGED, "contract_drift": True, "owner": "evaluation-data"}, id="drift"),
+        pytest.param({"citations": [], "findings": [], "missing_claim_ids": None}, id="empty"),
     ],
 )
 def test_every_entry_expands_to_the_attempt(changes: dict[str, Any]) -> None:
@@ -209,6 +250,14 @@ def test_a_whole_attempt_entry_reads_as_before() -> None:
         {"worker_version": "0.1.1"},
         {"redelivered": True},
         {"supported_claim_ids": ["refund-window", "support-channel", ""]},
+        TRIAGED,
+        {"citations": []},
+        {"citations": CITATIONS[:1]},
+        {"findings": []},
+        {"missing_claim_ids": []},
+        {"contract_drift": True},
+        {"owner": "product"},
+        {"contract_version": "support-faq/2026-10"},
     ],
 )
 def test_same_shared_fields_is_equality_of_shared_json(changes: dict[str, Any]) -> None:
@@ -225,6 +274,39 @@ def test_shared_json_is_json_of_the_shared_fields() -> None:
 
     members = json.dumps(later.model_dump(include=set(SHARED_FIELDS)), ensure_ascii=False)
     assert json.loads(f"{{{shared_json(later)}}}") == json.loads(members)
+
+
+def test_triage_fields_read_back_and_spell_the_same_after_a_round_trip() -> None:
+    """A triaged attempt kept whole parses to itself, and its shared_json() is the same
+    string after a round trip through pydantic's JSON (what a store reads back)."""
+    first = attempt(1, **TRIAGED)
+
+    assert Attempt.model_validate_json(whole(first)) == first
+    assert shared_json(round_trip(first)) == shared_json(first)
+    members = json.loads(f"{{{shared_json(first)}}}")
+    assert members["citations"][0] == CITATIONS[0]  # no excerpt member when there is none
+    assert members["citations"][2]["excerpt"] == "Réf ü\n"
+    assert "evidence_retrieved" not in members["findings"][0]
+    assert members["findings"][1]["evidence_retrieved"] is True
+
+
+@given(
+    st.lists(
+        st.tuples(texts, texts, st.integers(-(2**40), 2**40), st.integers(), st.none() | texts)
+    ),
+    st.none() | st.lists(texts),
+)
+def test_any_citations_spell_the_same_after_a_round_trip(
+    citations: list[tuple[str, str, int, int, str | None]], missing: list[str] | None
+) -> None:
+    kept = [
+        {"claim_id": c, "document_id": d, "answer_span": [a, b], "excerpt": e}
+        for c, d, a, b, e in citations
+    ]
+    first = attempt(1, citations=kept, missing_claim_ids=missing)
+
+    assert Attempt.model_validate_json(whole(first)) == first
+    assert shared_json(round_trip(first)) == shared_json(first)
 
 
 def test_script_args_are_the_pieces_of_whole() -> None:

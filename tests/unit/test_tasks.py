@@ -12,7 +12,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import fakeredis
 import pytest
@@ -136,7 +136,7 @@ def scored_entry(message: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The expected log entry of a report-only `scored` record (no policy configured)."""
     return {
         "log_level": "info",
-        **expected_scored(message, task_id="task-1"),
+        **expected_scored(message, task_id="task-1", **fields),
         "task_name": "evidence_coverage.score",
         "retries": 0,
         "redelivered": False,
@@ -740,4 +740,61 @@ def test_the_beat_schedule_runs_reconcile_every_five_minutes_for_ten_minute_old_
     custom = Settings(reconcile_every_seconds=60, reconcile_older_than_seconds=3600)
     assert celery_config(custom)["beat_schedule"]["evidence-reconcile"]["kwargs"] == {
         "older_than_seconds": 3600
+    }
+
+
+class FakeWebhook:
+    """Keeps what the alert sink would POST."""
+
+    def __init__(self, sent: list[dict[str, Any]]) -> None:
+        self.sent = sent
+
+    def send(self, payload: dict[str, Any]) -> None:
+        self.sent.append(payload)
+
+    def close(self) -> None:
+        pass
+
+
+def test_kept_excerpts_are_redacted_in_the_store_and_never_logged(
+    message_dict: MessageFactory, runtime: Service, store: FlakyStore
+) -> None:
+    """EVIDENCE_KEEP_EXCERPTS=true: each stored attempt keeps its citations' spans, redacted
+    and cut; no record line and no alert line (nor the webhook's payload) carries them."""
+    runtime.settings = Settings(keep_excerpts=True, excerpt_max_chars=24)
+    answer = "Mail ann@example.com or call +1 555 123 4567 within 30 days."
+    citations = [
+        {
+            "claim_id": "refund-window",
+            "document_id": "policy/returns#window",
+            "answer_span": [0, 60],
+        },
+        {"claim_id": "support-channel", "document_id": "help/contact#chat", "answer_span": [9, 3]},
+    ]
+    first = message_dict(answer=answer, citations=citations)
+    twin = {**first, "supported_claim_ids": ["refund-window"]}  # same inputs, another outcome
+    sent: list[dict[str, Any]] = []
+    runtime.alerts = AlertSink(webhook=cast("WebhookSender", FakeWebhook(sent)))
+
+    _, logs = run(score_batch, [first, twin])
+
+    history = store.history(input_hash(AttributionResult.model_validate(first)))
+    assert history is not None
+    kept = [history.first, history.attempts[1]]
+    assert [[c.excerpt for c in attempt.citations or []] for attempt in kept] == [
+        ["Mail [email] or call [ph", None],  # cut at 24 characters; the span [9, 3) is invalid
+        ["Mail [email] or call [ph", None],
+    ]
+    assert [entry["event"] for entry in logs] == [
+        "evidence_coverage.scored",
+        "evidence_coverage.scored",
+        "evidence_coverage.nondeterminism",
+    ]
+    for text in (json.dumps(logs, default=str), json.dumps(sent)):
+        assert "excerpt" not in text
+        assert "Mail" not in text
+    assert logs[2]["first"]["citations"][0] == {
+        "claim_id": "refund-window",
+        "document_id": "policy/returns#window",
+        "answer_span": [0, 60],
     }

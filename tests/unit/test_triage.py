@@ -55,7 +55,7 @@ def triaged(
         blocking=row.blocking,
         contract_version=row.contract_version,
     )
-    return triage(row, outcome, decision, contract_drift=contract_drift, release_rule=release_rule)
+    return triage(row, decision, contract_drift=contract_drift, release_rule=release_rule)
 
 
 def found(claim: str, name: FindingName, *documents: str, **extra: Any) -> Finding:
@@ -273,6 +273,13 @@ def test_an_invalid_row_is_evaluation_data_s_with_no_findings() -> None:
     assert triaged(row) == Triage(missing_claim_ids=None, findings=[], owner="evaluation-data")
 
 
+def test_a_valid_value_in_a_policy_group_not_defined_is_an_invalid_row() -> None:
+    """decide() makes such a row invalid: triage follows the decision, not the value."""
+    row = message(policy_group="no-such-group", citations=[cite("refund-method", "kb-9")])
+
+    assert triaged(row) == Triage(missing_claim_ids=None, findings=[], owner="evaluation-data")
+
+
 @pytest.mark.parametrize(
     ("flags", "owner"),
     [
@@ -307,7 +314,7 @@ def test_triage_reads_the_decision_not_the_threshold() -> None:
     )
     row = message(citations=[])
 
-    assert triage(row, Outcome(value=2 / 3, reason="r"), decision).owner is None
+    assert triage(row, decision).owner is None
 
 
 # --- expected_evidence on the message (SPEC §9, Inputs) --------------------------------------

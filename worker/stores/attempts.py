@@ -25,6 +25,8 @@ from typing import Any, Final
 from pydantic_core import to_json
 
 from contracts import Attempt
+from contracts.records import KeptCitation
+from contracts.triage import Finding
 from worker.stores.base import outcome_json, value_json
 
 # Every Attempt field is in one of three groups (a unit test checks it): a field added to
@@ -38,6 +40,12 @@ SHARED_FIELDS: Final = (
     "ragas_version",
     "worker_version",
     "redelivered",
+    "contract_version",
+    "citations",
+    "missing_claim_ids",
+    "findings",
+    "contract_drift",
+    "owner",
 )
 
 
@@ -59,9 +67,10 @@ def shared_json(attempt: Attempt) -> str:
     """The string two attempts must share for an entry to leave out the lists and versions: the
     JSON object members (no braces) of SHARED_FIELDS, spelled as json would.
 
-    Those fields are text, lists of text and a boolean, and this spelling is one-to-one, so two
-    strings are equal exactly when the values are (same_shared_fields() compares the same), before
-    or after a round trip through a store.
+    Those fields are text, integers, booleans and lists and objects of them, and this spelling
+    is one-to-one (a citation's excerpt and a finding's evidence_retrieved are left out when
+    None, and read back as None), so two strings are equal exactly when the values are
+    (same_shared_fields() compares the same), before or after a round trip through a store.
     """
     return (
         f'"required_claim_ids":[{_texts_json(attempt.required_claim_ids)}],'
@@ -69,7 +78,13 @@ def shared_json(attempt: Attempt) -> str:
         f'"metric_version":{encode_basestring(attempt.metric_version)},'
         f'"ragas_version":{encode_basestring(attempt.ragas_version)},'
         f'"worker_version":{encode_basestring(attempt.worker_version)},'
-        f'"redelivered":{"true" if attempt.redelivered else "false"}'
+        f'"redelivered":{"true" if attempt.redelivered else "false"},'
+        f'"contract_version":{_text_json(attempt.contract_version)},'
+        f'"citations":{_citations_json(attempt.citations)},'
+        f'"missing_claim_ids":{_optional_texts_json(attempt.missing_claim_ids)},'
+        f'"findings":{_findings_json(attempt.findings)},'
+        f'"contract_drift":{"true" if attempt.contract_drift else "false"},'
+        f'"owner":{_text_json(attempt.owner)}'
     )
 
 
@@ -82,6 +97,12 @@ def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
         and first.ragas_version == attempt.ragas_version
         and first.worker_version == attempt.worker_version
         and first.redelivered == attempt.redelivered
+        and first.contract_version == attempt.contract_version
+        and first.citations == attempt.citations
+        and first.missing_claim_ids == attempt.missing_claim_ids
+        and first.findings == attempt.findings
+        and first.contract_drift == attempt.contract_drift
+        and first.owner == attempt.owner
     )
 
 
@@ -126,6 +147,42 @@ def _texts_json(texts: list[str]) -> str:
 
 def _text_json(text: str | None) -> str:
     return "null" if text is None else encode_basestring(text)
+
+
+def _optional_texts_json(texts: list[str] | None) -> str:
+    return "null" if texts is None else f"[{_texts_json(texts)}]"
+
+
+def _citations_json(citations: list[KeptCitation] | None) -> str:
+    if citations is None:
+        return "null"
+    spelled = []
+    for citation in citations:
+        start, end = citation.answer_span
+        excerpt = (
+            "" if citation.excerpt is None else f',"excerpt":{encode_basestring(citation.excerpt)}'
+        )
+        spelled.append(
+            f'{{"claim_id":{encode_basestring(citation.claim_id)},'
+            f'"document_id":{encode_basestring(citation.document_id)},'
+            f'"answer_span":[{int(start)},{int(end)}]{excerpt}}}'
+        )
+    return f"[{','.join(spelled)}]"
+
+
+def _findings_json(findings: list[Finding] | None) -> str:
+    if findings is None:
+        return "null"
+    spelled = []
+    for finding in findings:
+        retrieved = finding.evidence_retrieved
+        tail = "" if retrieved is None else f',"evidence_retrieved":{str(retrieved).lower()}'
+        spelled.append(
+            f'{{"claim_id":{encode_basestring(finding.claim_id)},"finding":"{finding.finding}",'
+            f'"owner":"{finding.owner}","document_ids":[{_texts_json(finding.document_ids)}]'
+            f"{tail}}}"
+        )
+    return f"[{','.join(spelled)}]"
 
 
 class Expander:

@@ -1,0 +1,126 @@
+"""Stores written before triage (tests/fixtures/store-28e2bf7) stay readable: `show`,
+`alerts`, `canary` and `report` read them, and scoring goes on in them (SPEC §9 added fields
+to attempts and records; none of those is required when reading)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.conftest import EXAMPLES, Run
+
+OLD = Path(__file__).resolve().parents[1] / "fixtures" / "store-28e2bf7"
+POLICY = EXAMPLES / "policy.toml"
+
+
+def old_redis_keys() -> dict[str, Any]:
+    return json.loads((OLD / "redis-keys.json").read_text())
+
+
+def old_hashes() -> list[str]:
+    return sorted(
+        key.split("{")[1].split("}")[0] for key in old_redis_keys() if key.endswith(":outcome")
+    )
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def old_store(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> str:
+    """The URL of a store holding exactly what main at 28e2bf7 wrote."""
+    if request.param == "sqlite":
+        path = tmp_path / "old.sqlite3"
+        db = sqlite3.connect(path)
+        db.executescript((OLD / "store.sql").read_text())
+        db.close()
+        return f"sqlite:///{path}"
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("key_prefix")
+    monkeypatch.setenv("EVIDENCE_KEY_PREFIX", prefix)
+    for key, stored in old_redis_keys().items():
+        name = prefix + key.removeprefix("evidence")
+        if stored["type"] == "hash":
+            client.hset(name, mapping=stored["value"])
+        elif stored["type"] == "list":
+            client.rpush(name, *stored["value"])
+        else:
+            for fields in stored["value"]:
+                client.xadd(name, fields)
+    return request.getfixturevalue("redis_url")
+
+
+def test_show_reads_every_old_hash(cli: Callable[..., Run], old_store: str) -> None:
+    """Each hash shows its first attempt and its attempts, without the fields added since."""
+    shown = [cli("show", input_hash, "--store", old_store) for input_hash in old_hashes()]
+
+    assert [run.code for run in shown] == [0] * len(old_hashes())
+    histories = [json.loads(run.out) for run in shown]
+    assert sum(h["total_attempts"] for h in histories) == 20
+    for history in histories:
+        for attempt in [history["first"], *history["attempts"]]:
+            assert (attempt["citations"], attempt["findings"], attempt["owner"]) == (
+                None,
+                None,
+                None,
+            )
+            assert (attempt["contract_drift"], attempt["contract_version"]) == (False, None)
+
+
+def test_alerts_and_canary_read_the_old_store(cli: Callable[..., Run], old_store: str) -> None:
+    alerts = cli("alerts", "--store", old_store)
+    canary = cli("canary", "--all", "--store", old_store)
+
+    assert alerts.code == 3
+    assert len(alerts.lines) == 4
+    assert {line["input_hash"] for line in alerts.lines} == {
+        "f4a60bffff38ff313c11ab8913e01295481e46a154e779215d15bb8a87825a44",
+        "f514f7862c676eb82639bf1fe0bfeb407b97500343407388e28712c7695db920",
+    }
+    assert canary.code == 0, canary.err
+
+
+def test_scoring_goes_on_in_an_old_store(cli: Callable[..., Run], old_store: str) -> None:
+    """The same file again: every scored row is a hit or the known conflict, and the
+    new attempts (with triage fields) read back beside the old ones."""
+    run = cli("score", OLD / "run.jsonl", "--store", old_store, "--policy", POLICY)
+
+    caches = [r["cache"] for r in run.records if r["event"] == "evidence_coverage.scored"]
+    assert sorted(caches) == ["conflict"] * 2 + ["hit"] * 8
+    refund = cli(
+        "show",
+        "f514f7862c676eb82639bf1fe0bfeb407b97500343407388e28712c7695db920",
+        "--store",
+        old_store,
+    )
+    history = json.loads(refund.out)
+    newest = history["attempts"][-1]
+    assert history["first"]["citations"] is None
+    assert [c["claim_id"] for c in newest["citations"]] == [
+        "refund-window",
+        "refund-method",
+        "support-channel",
+    ]
+    assert newest["missing_claim_ids"] == ["refund-method", "support-channel"]
+
+
+def test_report_reads_old_records(cli: Callable[..., Run]) -> None:
+    """Record lines written before triage (no missing_claim_ids, findings, contract_drift)."""
+    run = cli("report", OLD / "records.jsonl", "--json")
+
+    assert run.code == 0, run.err
+    report = json.loads(run.out)
+    assert (report["records"], report["nondeterminism_alerts"]) == (12, 2)
+    owners: dict[str, int] = {}
+    for version in report["contract_versions"]:
+        for group in version["groups"]:
+            for owner, count in group["owners"].items():
+                owners[owner] = owners.get(owner, 0) + count
+    assert owners == {"product": 5, "evaluation-data": 4}
