@@ -114,6 +114,7 @@ class ContractDriftAlert(Record):
 
 
 AnyAlert = Alert | ContractDriftAlert
+AlertKind = Literal["nondeterminism", "contract_drift"]
 ALERT_EVENTS: dict[str, str] = {"nondeterminism": NONDETERMINISM, "contract_drift": CONTRACT_DRIFT}
 _ALERTS: TypeAdapter[AnyAlert] = TypeAdapter(
     Annotated[Alert | ContractDriftAlert, Field(discriminator="kind")]

@@ -19,6 +19,8 @@ from hypothesis import settings
 from contracts import AttributionResult
 from worker.cli import main
 
+ALERT_LINES = frozenset({"evidence_coverage.nondeterminism", "evidence_coverage.contract_drift"})
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "contracts" / "examples"
 FIXED_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -121,11 +123,12 @@ class Run:
     @property
     def records(self) -> list[dict[str, Any]]:
         """The per-message records (scored and rejected), without alert lines."""
-        return [line for line in self.lines if line["event"] != "evidence_coverage.nondeterminism"]
+        return [line for line in self.lines if line["event"] not in ALERT_LINES]
 
     @property
     def alerts(self) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line["event"] == "evidence_coverage.nondeterminism"]
+        """The alert lines, both kinds."""
+        return [line for line in self.lines if line["event"] in ALERT_LINES]
 
     @property
     def hashes(self) -> list[str]:

@@ -1,4 +1,5 @@
-"""Nondeterminism alerts leave the process here: an ERROR record, then an optional webhook.
+"""Alerts (nondeterminism and contract drift) leave the process here: an ERROR record, then
+an optional webhook.
 
 The alert stream entry is written by the store together with the attempt, and it is the
 source of truth; the webhook is best effort on a background thread so it can never block,
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from contracts import Alert
+from contracts.records import ALERT_EVENTS, AnyAlert
 from worker.logging import alert_fields, emit_alert, get_logger
 from worker.settings import WEBHOOK_DEADLINE_SECONDS, WEBHOOK_DRAIN_SECONDS
 
@@ -39,8 +40,10 @@ Cause = Literal["queue_full", "failed", "shutdown"]
 
 def log_undelivered(payload: dict[str, Any], cause: Cause, **details: Any) -> None:
     """One WARNING line for one alert the webhook did not get."""
+    kind = {"kind": payload["kind"]} if "kind" in payload else {}
     get_logger().warning(
         UNDELIVERED,
+        **kind,
         input_hash=payload.get("input_hash"),
         raised_at=payload.get("raised_at"),
         cause=cause,
@@ -226,10 +229,10 @@ class AlertSink:
     def __init__(self, webhook: WebhookSender | None = None) -> None:
         self.webhook = webhook
 
-    def raise_alert(self, alert: Alert, **context: Any) -> None:
+    def raise_alert(self, alert: AnyAlert, **context: Any) -> None:
         emit_alert(alert, **context)
         if self.webhook is not None:
-            self.webhook.send({"event": "evidence_coverage.nondeterminism", **alert_fields(alert)})
+            self.webhook.send({"event": ALERT_EVENTS[alert.kind], **alert_fields(alert)})
 
     def close(self) -> None:
         if self.webhook is not None:

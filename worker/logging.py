@@ -21,8 +21,8 @@ from typing import Any, Final, Literal, TextIO
 import orjson
 import structlog
 
-from contracts import Alert, ScoreRecord
-from contracts.records import NONDETERMINISM
+from contracts import ScoreRecord
+from contracts.records import ALERT_EVENTS, AnyAlert, ContractDriftAlert
 
 # Fields that could carry raw answer or context text; dropped from every log line.
 RAW_TEXT_FIELDS = frozenset({"answer", "contexts", "text", "prompt", "body"})
@@ -173,14 +173,17 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
 _NO_EXCERPTS: Final = {"citations": {"__all__": {"excerpt"}}}
 
 
-def alert_fields(alert: Alert) -> dict[str, Any]:
+def alert_fields(alert: AnyAlert) -> dict[str, Any]:
     """An alert as JSON values for a log line or the webhook: both attempts, no excerpts."""
+    if isinstance(alert, ContractDriftAlert):
+        return alert.model_dump(mode="json")
     return alert.model_dump(mode="json", exclude={"first": _NO_EXCERPTS, "observed": _NO_EXCERPTS})
 
 
-def emit_alert(alert: Alert, **context: Any) -> None:
-    """The nondeterminism alert as its own ERROR line: both outcomes and both attempts."""
-    get_logger().error(NONDETERMINISM, **alert_fields(alert), **context)
+def emit_alert(alert: AnyAlert, **context: Any) -> None:
+    """An alert as its own ERROR line: a conflict's two outcomes and attempts, or a drift's
+    two required sets, hashes and task IDs."""
+    get_logger().error(ALERT_EVENTS[alert.kind], **alert_fields(alert), **context)
 
 
 def exception_fields(

@@ -36,14 +36,18 @@ class Metrics:
 
         self.messages = Counter(
             "evidence_coverage_messages",
-            "Messages recorded, by status and cache outcome",
-            ["status", "cache"],
+            "Messages recorded, by status, cache outcome and owner (SPEC §9; none: no owner)",
+            ["status", "cache", "owner"],
         )
         self.rejected = Counter(
             "evidence_coverage_rejected", "Messages rejected before scoring (dead-lettered)"
         )
         self.alerts = Counter(
             "evidence_coverage_nondeterminism_alerts", "Same input hash, different outcome"
+        )
+        self.drift_alerts = Counter(
+            "evidence_coverage_contract_drift_alerts",
+            "Same contract version and case ID, another required claim set",
         )
         self.latency = Histogram(
             "evidence_coverage_scoring_seconds",
@@ -65,17 +69,28 @@ class Metrics:
             multiprocess_mode="mostrecent",
         )
 
-    def observe(self, records: Iterable[Any], *, alerts: int, seconds_per_message: float) -> None:
-        """Count one task's records (ScoreRecord-like: status, cache, event)."""
+    def observe(
+        self,
+        records: Iterable[Any],
+        *,
+        alerts: int,
+        seconds_per_message: float,
+        drift_alerts: int = 0,
+    ) -> None:
+        """Count one task's records (ScoreRecord-like: status, cache, owner, event)."""
         if not self.enabled:
             return
         for record in records:
             if record.event == "evidence_coverage.rejected":
                 self.rejected.inc()
-            self.messages.labels(status=record.status, cache=record.cache or "none").inc()
+            self.messages.labels(
+                status=record.status, cache=record.cache or "none", owner=record.owner or "none"
+            ).inc()
             self.latency.observe(seconds_per_message)
         if alerts:
             self.alerts.inc(alerts)
+        if drift_alerts:
+            self.drift_alerts.inc(drift_alerts)
 
     def ledger_unrecorded(self, count: int) -> None:
         if self.enabled:

@@ -26,8 +26,8 @@ from contracts import (
 )
 from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
-from contracts.records import REJECTED, SCORED, KeptCitation
-from contracts.triage import Triage, triage
+from contracts.records import REJECTED, SCORED, ContractDriftAlert, KeptCitation
+from contracts.triage import Triage, row_owner, triage
 from worker.intake import case_id_of
 from worker.redaction import excerpt
 from worker.stores import OutcomeStore, Recorded
@@ -57,14 +57,16 @@ class Delivery:
 class Processed:
     """One message's record, and the alert when its outcome disagreed with the first.
 
-    `replayed`: the store had recorded this very write before (a retry after a lost reply or
-    a redelivery after the write landed), so the record and alert are the original ones and
-    nothing new was stored; the alert is already in the store's alert stream.
+    `drift`: the contract drift alert this write raised. `replayed`: the store had recorded
+    this very write before (a retry after a lost reply or a redelivery after the write
+    landed), so the record and alerts are the original ones and nothing new was stored; the
+    alerts are already in the store's alert stream.
     """
 
     record: ScoreRecord
     alert: Alert | None = None
     replayed: bool = False
+    drift: ContractDriftAlert | None = None
 
 
 def score(message: AttributionResult) -> tuple[str, Outcome]:
@@ -164,7 +166,11 @@ def build_record(
         found = first_triage(message, recorded.first, decision)
     repeat = recorded.cache != "miss"
     fields = decision.__dict__.copy()  # its field values: what model_dump() would copy
-    fields["owner"] = found.owner
+    fields["owner"] = (
+        row_owner(decision, found.findings, contract_drift=True, release_rule=False)
+        if recorded.contract_drift
+        else found.owner
+    )
     return ScoreRecord(
         event=SCORED,
         case_id=message.case_id,
@@ -175,6 +181,7 @@ def build_record(
         cache=recorded.cache,
         missing_claim_ids=found.missing_claim_ids,
         findings=found.findings,
+        contract_drift=recorded.contract_drift,
         observed_value=observed.value if repeat else None,
         observed_reason=observed.reason if repeat else None,
         task_id=delivery.task_id,
@@ -253,6 +260,7 @@ def process_many(
             ),
             alert=result.alert,
             replayed=result.replayed,
+            drift=result.drift,
         )
         for one, result in zip(judged, recorded, strict=True)
     ]

@@ -159,19 +159,23 @@ class Service:
         per_message_ms = None if seconds is None else seconds * 1000 / max(len(results), 1)
         if per_message_ms is not None:
             context["duration_ms"] = round(per_message_ms, 3)
-        alerts = 0
+        alerts = drift_alerts = 0
         for result in results:
             emit_record(result.record, **context)
+            # A replayed alert is raised again: when the first reply was lost, this is the
+            # first time anyone hears of it. The alert stream holds it once.
+            where = {"line": result.record.line} if result.record.line else {}
+            replay = {"replayed": True} if result.replayed else {}
             if result.alert is not None:
-                # A replayed conflict is raised again: when the first reply was lost, this is
-                # the first time anyone hears of it. The alert stream holds it once.
-                where = {"line": result.record.line} if result.record.line else {}
-                replay = {"replayed": True} if result.replayed else {}
                 self.alerts.raise_alert(result.alert, **where, **replay)
                 alerts += 1
+            if result.drift is not None:
+                self.alerts.raise_alert(result.drift, **where, **replay)
+                drift_alerts += 1
         self.metrics.observe(
             [result.record for result in results],
             alerts=alerts,
+            drift_alerts=drift_alerts,
             seconds_per_message=(per_message_ms or 0.0) / 1000,
         )
 

@@ -101,15 +101,15 @@ def test_counters_sum_over_pool_children(
             break
         time.sleep(0.2)
 
-    def messages_total(status: str, cache: str) -> float:
-        key = (("cache", cache), ("status", status))
+    def messages_total(status: str, cache: str, owner: str = "none") -> float:
+        key = (("cache", cache), ("owner", owner), ("status", status))
         return samples.get(("evidence_coverage_messages_total", key), 0.0)
 
     assert messages_total("scored", "miss") == 2
     assert messages_total("scored", "hit") == 1
     assert messages_total("scored", "conflict") == 1
-    assert messages_total("invalid", "miss") == 1
-    assert messages_total("invalid", "none") == 1
+    assert messages_total("invalid", "miss", "evaluation-data") == 1
+    assert messages_total("invalid", "none", "evaluation-data") == 1
     assert samples[("evidence_coverage_rejected_total", ())] == 1
     assert samples[("evidence_coverage_nondeterminism_alerts_total", ())] == 1
     assert samples[("evidence_coverage_scoring_seconds_count", ())] == 6

@@ -213,7 +213,7 @@ def test_the_readme_worker_flow(launcher: Launcher) -> None:
     listed, shown = (finish(process) for process in [run(alerts, store_env), run(show, store_env)])
 
     assert listed.code == runs.NONDETERMINISM, listed.stderr
-    assert listed.stderr.splitlines() == ["alerts: 1 nondeterminism alert(s)"]
+    assert listed.stderr.splitlines() == ["alerts: 1 nondeterminism, 0 contract drift"]
     (alert,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert alert["input_hash"] == conflicting
     assert alert["decision"] == "kept_first"

@@ -181,6 +181,7 @@ def test_retry_of_a_partly_recorded_batch_records_the_rest(store: ResultStore) -
         (hashes[(n * 7) % 150], attempt(n, value=0.5 if n % 11 == 0 else 2 / 3)) for n in range(450)
     ]
     firsts: dict[str, Attempt] = {}
+    alerted: set[tuple[str, float | None]] = set()  # each conflict is alerted once
     expected = []
     for input_hash, item in items:
         first = firsts.setdefault(input_hash, item)
@@ -188,7 +189,10 @@ def test_retry_of_a_partly_recorded_batch_records_the_rest(store: ResultStore) -
             expected.append(Recorded(cache="miss", first=item))
         elif first.value == item.value:
             expected.append(Recorded(cache="hit", first=first))
+        elif (input_hash, item.value) in alerted:
+            expected.append(Recorded(cache="conflict", first=first))
         else:
+            alerted.add((input_hash, item.value))
             alert = Alert(input_hash=input_hash, first=first, observed=item, raised_at=FIXED_NOW)
             expected.append(Recorded(cache="conflict", first=first, alert=alert))
     ids = [f"task-9:{n}" for n in range(450)]
@@ -297,18 +301,31 @@ def test_sqlite_expired_outcome_forgets_its_write_ids(tmp_path: Path) -> None:
         store.close()
 
 
-@pytest.mark.parametrize(("version", "tables"), [(1, ["writes", "ledger"]), (2, ["ledger"])])
+DRIFT_TABLES = ["contracts", "drifts", "conflicts_alerted"]
+
+
+@pytest.mark.parametrize(
+    ("version", "tables"),
+    [
+        (1, ["writes", "ledger", *DRIFT_TABLES]),
+        (2, ["ledger", *DRIFT_TABLES]),
+        (3, DRIFT_TABLES),
+    ],
+)
 def test_sqlite_file_of_an_earlier_version_gains_the_tables_it_lacks(
     tmp_path: Path, version: int, tables: list[str]
 ) -> None:
-    """A file of schema version 1 (no write ids) or 2 (no publish ledger) is brought up to
-    date on open; its outcomes take write ids from then on, and their writes close entries."""
+    """A file of schema version 1 (no write ids), 2 (no publish ledger) or 3 (no contract
+    drift, no writes.drift) is brought up to date on open; its outcomes take write ids from
+    then on, and their writes close entries."""
     path = tmp_path / "s.sqlite3"
     first = attempt(1)
     SQLiteStore(path).record(HASH, first, now=FIXED_NOW)
     with sqlite3.connect(path) as db:
         for table in tables:
             db.execute(f"DROP TABLE {table}")
+        if "writes" not in tables:
+            db.execute("ALTER TABLE writes DROP COLUMN drift")
         db.execute(f"PRAGMA user_version = {version}")
 
     store = SQLiteStore(path)
@@ -319,7 +336,7 @@ def test_sqlite_file_of_an_earlier_version_gains_the_tables_it_lacks(
         assert recorded == again == Recorded(cache="hit", first=first)
         assert again.replayed
         with sqlite3.connect(path) as db:
-            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
             assert db.execute("SELECT COUNT(*) FROM ledger").fetchone() == (0,)
     finally:
         store.close()

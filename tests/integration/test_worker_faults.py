@@ -24,7 +24,8 @@ import pytest
 import redis
 from celery import Celery
 
-from contracts.records import NONDETERMINISM, REJECTED, SCORED
+from contracts import Alert, ContractDriftAlert
+from contracts.records import CONTRACT_DRIFT, NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import BASE_MESSAGE
 from tests.integration import worker_harness as harness
 from tests.integration.conftest import check_redis
@@ -257,6 +258,7 @@ def test_two_workers_racing_on_one_input_hash_keep_one_first_outcome_and_raise_o
         assert caches == ["conflict", "miss"]
         assert histories[key].total_attempts == 2
         (alert,) = [alert for alert in alerts if alert.input_hash == key]
+        assert isinstance(alert, Alert)
         assert alert.decision == "kept_first"
         assert alert.first == histories[key].first
         assert {alert.first.case_id, alert.observed.case_id} == {
@@ -264,6 +266,53 @@ def test_two_workers_racing_on_one_input_hash_keep_one_first_outcome_and_raise_o
             right_message["case_id"],
         }
         assert {alert.first.reason, alert.observed.reason} == {TWO_THIRDS_REASON, ONE_THIRD_REASON}
+
+
+def test_two_workers_racing_on_one_case_with_two_required_sets_raise_one_drift_each(
+    start_worker: Callable[..., Worker],
+    make_queue: Callable[..., str],
+    publisher: Callable[..., Celery],
+    store: RedisStore,
+    message_dict: MessageFactory,
+) -> None:
+    """Per case, one required set to each of two workers at once (same contract version):
+    whichever records first keeps its set, the other is contract drift, alerted once, in
+    the stream and as one ERROR line, and its record is owned by evaluation data."""
+    pairs = 40
+    left_queue, right_queue = make_queue(), make_queue()
+    left, right = start_worker(left_queue), start_worker(right_queue)
+    left.wait_ready()
+    right.wait_ready()
+    lefts = distinct(message_dict, "drift", pairs)
+    rights = [
+        {**message, "required_claim_ids": [*message["required_claim_ids"], "refund-fee"]}
+        for message in lefts
+    ]
+    app = publisher()
+    with app.producer_or_acquire() as producer:
+        for left_message, right_message in zip(lefts, rights, strict=True):
+            app.send_task(SCORE, args=[left_message], queue=left_queue, producer=producer)
+            app.send_task(SCORE, args=[right_message], queue=right_queue, producer=producer)
+    left.wait_for(pairs)
+    right.wait_for(pairs)
+
+    records = left.records() + right.records()
+    drifted = sorted(r["case_id"] for r in records if r["contract_drift"])
+    assert drifted == sorted(message["case_id"] for message in lefts)
+    assert {r["owner"] for r in records if r["contract_drift"]} == {"evaluation-data"}
+    alerts = store.alerts(limit=1000, kind="contract_drift")
+    assert sorted(alert.case_id for alert in alerts if isinstance(alert, ContractDriftAlert)) == (
+        drifted
+    )
+    lines = left.events(CONTRACT_DRIFT) + right.events(CONTRACT_DRIFT)
+    assert sorted(line["case_id"] for line in lines) == drifted
+    for alert in alerts:
+        assert isinstance(alert, ContractDriftAlert)
+        assert {*alert.added_claim_ids, *alert.removed_claim_ids} == {"refund-fee"}
+        drifted_record = next(
+            r for r in records if r["case_id"] == alert.case_id and r["contract_drift"]
+        )
+        assert drifted_record["input_hash"] == alert.input_hash != alert.first_input_hash
 
 
 # 4. Redis restarted under a running worker

@@ -291,6 +291,7 @@ def test_an_alert_raised_after_close_is_logged_with_its_raised_at() -> None:
     assert logs[1] == {
         "event": UNDELIVERED,
         "log_level": "warning",
+        "kind": "nondeterminism",
         "input_hash": "c" * 64,
         "raised_at": "2026-12-01T12:00:00Z",
         "cause": "shutdown",

@@ -14,12 +14,14 @@ import pytest
 from contracts import (
     AlertRecord,
     AttributionResult,
+    ContractDriftRecord,
     CoverageRecord,
     PolicyError,
     input_hash,
     parse_policy,
     policy_from_threshold,
 )
+from contracts.records import CONTRACT_DRIFT
 from tests.conftest import CITED_SUPPORTED, EXAMPLES, Run
 from worker.cli import main
 
@@ -79,6 +81,8 @@ def assert_published_shapes(run: Run) -> None:
     for line in run.lines:
         if line["event"] == "evidence_coverage.nondeterminism":
             AlertRecord.model_validate(line)
+        elif line["event"] == "evidence_coverage.contract_drift":
+            ContractDriftRecord.model_validate(line)
         else:
             CoverageRecord.model_validate(line)
 
@@ -359,7 +363,7 @@ def test_alerts_lists_the_conflict_and_exits_3(
         "refund-001",
         "refund-001-retry",
     )
-    assert run.err == "alerts: 1 nondeterminism alert(s)\n"
+    assert run.err == "alerts: 1 nondeterminism, 0 contract drift\n"
 
 
 def test_alerts_says_how_many_are_kept_when_it_shows_fewer(
@@ -380,7 +384,8 @@ def test_alerts_says_how_many_are_kept_when_it_shows_fewer(
     assert (run.code, len(run.lines)) == (3, 2)
     assert [alert["observed"]["case_id"] for alert in run.lines] == ["retry-1", "retry-2"]
     assert run.err == (
-        "alerts: 2 nondeterminism alert(s) (the newest 2 of 3 kept; raise --limit to see more)\n"
+        "alerts: 2 nondeterminism, 0 contract drift"
+        " (the newest 2 of 3 kept; raise --limit to see more)\n"
     )
 
 
@@ -396,7 +401,7 @@ def test_alerts_on_a_clean_store_exits_0(
     run = cli("alerts", "--store", store_url)
 
     assert (run.code, run.out) == (0, "")
-    assert run.err == "alerts: 0 nondeterminism alert(s)\n"
+    assert run.err == "alerts: 0 nondeterminism, 0 contract drift\n"
 
 
 # Policy modes and exit codes -------------------------------------------------------------
@@ -595,12 +600,13 @@ def test_blank_lines_are_skipped_but_counted(
 
 
 def test_every_stdout_line_matches_a_published_schema(score: Callable[..., Run]) -> None:
-    """Every line of both example runs validates as a CoverageRecord or an AlertRecord."""
-    for run in (
-        score(EXAMPLE_FILE, "--policy", EXAMPLE_POLICY),
-        score(EXAMPLE_FILE, "--policy", EXAMPLE_POLICY),
+    """Every line of both example runs validates as a CoverageRecord or an AlertRecord; the
+    second run meets the known conflict again and raises no second alert."""
+    for lines, run in (
+        (11, score(EXAMPLE_FILE, "--policy", EXAMPLE_POLICY)),
+        (10, score(EXAMPLE_FILE, "--policy", EXAMPLE_POLICY)),
     ):
-        assert len(run.lines) == 11
+        assert len(run.lines) == lines
         assert_published_shapes(run)
 
 
@@ -1024,3 +1030,52 @@ def test_help_exits_0(argv: list[str], capsys: pytest.CaptureFixture[str]) -> No
     assert exit_info.value.code == 0
     command = " ".join(argv[:-1])
     assert out.startswith(f"usage: evidence-worker {command}".rstrip())
+
+
+# Contract drift (SPEC §9) ------------------------------------------------------------------
+
+
+def test_optional_claims_added_without_a_new_contract_version_are_contract_drift(
+    score: Callable[..., Run],
+    cli: Callable[..., Run],
+    store_url: str,
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+) -> None:
+    """The same answer with two more required claims under the same contract version: scored
+    under its own hash, marked, owned by evaluation data, one ERROR line, exit 2; a re-run
+    meets it again without a second alert; `alerts --kind contract_drift` lists it once."""
+    first = message_dict(citations=CITED_SUPPORTED)
+    grown = message_dict(
+        case_id=first["case_id"],
+        citations=CITED_SUPPORTED,
+        required_claim_ids=[*first["required_claim_ids"], "refund-fee", "refund-receipt"],
+    )
+    path = write_jsonl([first, grown])
+
+    runs = [score(path, "--min-coverage", "0.5"), score(path, "--min-coverage", "0.5")]
+
+    for run in runs:
+        assert run.code == 2
+        assert [(r["contract_drift"], r["owner"], r["status"]) for r in run.records] == [
+            (False, None, "pass"),
+            (True, "evaluation-data", "fail"),
+        ]
+        assert_published_shapes(run)
+    (drift,) = [line for line in runs[0].lines if line["event"] == CONTRACT_DRIFT]
+    assert drift["level"] == "error"
+    assert (drift["added_claim_ids"], drift["removed_claim_ids"]) == (
+        ["refund-fee", "refund-receipt"],
+        [],
+    )
+    assert (drift["first_input_hash"], drift["input_hash"]) == (
+        runs[0].records[0]["input_hash"],
+        runs[0].records[1]["input_hash"],
+    )
+    assert [line["event"] for line in runs[1].lines if line["event"] == CONTRACT_DRIFT] == []
+    assert "1 row with contract drift (1 new alert)" in runs[0].summary
+    assert "1 row with contract drift (0 new alerts)" in runs[1].summary
+    listed = cli("alerts", "--kind", "contract_drift", "--store", store_url)
+    assert (listed.code, [line["kind"] for line in listed.lines]) == (2, ["contract_drift"])
+    assert listed.err == "alerts: 0 nondeterminism, 1 contract drift (--kind contract_drift)\n"
+    assert cli("alerts", "--kind", "nondeterminism", "--store", store_url).code == 0

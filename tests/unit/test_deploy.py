@@ -25,7 +25,7 @@ from celery import Celery
 from celery.bin.base import CLIContext
 from celery.bin.celery import celery as celery_cli
 
-from contracts.records import NONDETERMINISM
+from contracts.records import CONTRACT_DRIFT, NONDETERMINISM
 from tests.conftest import ROOT
 from worker.cli import COMMANDS
 from worker.logging import SERVICE_NAME
@@ -41,6 +41,7 @@ NOT_APPLIED = {"kustomization.yaml", "secret.example.yaml"}
 METRIC_NAMES = {
     "evidence_coverage_messages_total",
     "evidence_coverage_nondeterminism_alerts_total",
+    "evidence_coverage_contract_drift_alerts_total",
     "evidence_coverage_rejected_total",
     "evidence_coverage_store_unavailable",
     "evidence_coverage_ledger_unrecorded",
@@ -594,18 +595,24 @@ def test_alert_rules_are_complete(name: str) -> None:
         assert set(re.findall(r"evidence-worker (\w+)", text)) <= set(COMMANDS)
 
 
-def test_loki_rule_fires_on_nondeterminism_records() -> None:
-    """The LogQL rule selects the shipped stream and filters on the alert's event name."""
-    (rule,) = rules("loki-rules.yaml")
+@pytest.mark.parametrize(
+    ("event", "label"),
+    [(NONDETERMINISM, "input_hash"), (CONTRACT_DRIFT, "contract_version, case_id")],
+)
+def test_loki_rules_fire_on_alert_records(event: str, label: str) -> None:
+    """A LogQL rule per alert kind selects the shipped stream, filters on the alert's event
+    name and alerts per input hash (nondeterminism) or per case (contract drift)."""
+    (rule,) = [r for r in rules("loki-rules.yaml") if f'| event="{event}"' in r["expr"]]
     expression = rule["expr"]
     assert f'{{service_name="{SERVICE_NAME}"}}' in expression
-    assert f'| event="{NONDETERMINISM}"' in expression
+    assert f"sum by ({label}" in expression
 
 
 def test_prometheus_rules_use_only_agreed_metrics() -> None:
     """The counter rule watches the nondeterminism counter; every metric named is agreed."""
     expressions = [rule["expr"] for rule in rules("prometheus-rules.yaml")]
     assert "evidence_coverage_nondeterminism_alerts_total" in expressions[0]
+    assert "evidence_coverage_contract_drift_alerts_total" in expressions[1]
     named = {name for expr in expressions for name in re.findall(r"evidence_coverage_\w+", expr)}
     assert named <= METRIC_NAMES
 

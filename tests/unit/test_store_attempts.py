@@ -15,11 +15,14 @@ from contracts import Attempt
 from tests.conftest import FIXED_NOW
 from worker.stores import classify, outcome_json
 from worker.stores.attempts import (
+    DRIFTED_TAIL,
     OUTCOME_FIELDS,
     OWN_FIELDS,
     SHARED_FIELDS,
     Expander,
+    drifted,
     entry,
+    required_set_json,
     same_shared_fields,
     script_args,
     shared_json,
@@ -310,13 +313,34 @@ def test_any_citations_spell_the_same_after_a_round_trip(
 
 
 def test_script_args_are_the_pieces_of_whole() -> None:
-    """What the Redis script is given rebuilds the whole attempt exactly as whole() does."""
-    first = attempt(1)
-    case_id, task_id, recorded_at, outcome, outcome_members, shared = script_args(first)
-
-    rebuilt = (
-        f'{{"case_id":{case_id},"task_id":{task_id},"recorded_at":{recorded_at},'
-        f"{outcome_members},{shared}}}"
+    """What the Redis script is given rebuilds the whole attempt exactly as whole() does, and
+    its drifted tail the whole drifted attempt."""
+    first = attempt(1, **{**TRIAGED, "contract_version": "support-faq/2026-10"})
+    case_id, task_id, recorded_at, outcome, members, head, tail, version, required = script_args(
+        first
     )
-    assert rebuilt == whole(first)
+
+    def rebuilt(end: str) -> str:
+        return (
+            f'{{"case_id":{case_id},"task_id":{task_id},"recorded_at":{recorded_at},'
+            f"{members},{head}{end}}}"
+        )
+
+    assert rebuilt(tail) == whole(first)
+    assert rebuilt(DRIFTED_TAIL) == whole(drifted(first))
+    assert drifted(first).owner == "evaluation-data"
     assert outcome == outcome_json(first)
+    assert (version, required) == (
+        '"support-faq/2026-10"',
+        '["refund-method","refund-window","support-channel"]',
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"value": None}, {"contract_version": None}, {"case_id": None}],
+)
+def test_only_a_valid_attempt_with_a_contract_and_a_case_is_checked_for_drift(
+    changes: dict[str, Any],
+) -> None:
+    assert required_set_json(attempt(1, **{"contract_version": "c", **changes})) == ""

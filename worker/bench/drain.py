@@ -65,7 +65,9 @@ class PhaseResult:
 
 def sample_messages(count: int, *, seed: int = 7) -> Iterator[dict[str, Any]]:
     """Realistic, varied AttributionResults: ~85% unique valid, ~8% repeats of earlier inputs
-    (some judged differently: conflicts), ~5% metric-invalid, ~2% schema-invalid."""
+    (some judged differently: conflicts), ~5% metric-invalid, ~2% schema-invalid. Each cites
+    its supported claims in retrieved documents and every other missing claim in a document
+    that was not retrieved, so triage (SPEC §9) has citations to read."""
     rng = random.Random(seed)
     claims = [f"claim-{n}" for n in range(12)]
     produced: list[dict[str, Any]] = []
@@ -79,6 +81,22 @@ def sample_messages(count: int, *, seed: int = 7) -> Iterator[dict[str, Any]]:
         else:
             required = rng.sample(claims, rng.randint(2, 8))
             supported = required[: rng.randint(0, len(required))]
+            contexts = [
+                {"document_id": f"doc-{rng.randint(0, 999)}", "text": "passage " * 60}
+                for _ in range(3)
+            ]
+            missing = [claim for claim in required if claim not in supported]
+            citations = [
+                {
+                    "claim_id": claim,
+                    "document_id": contexts[n % 3]["document_id"],
+                    "answer_span": [10 * n, 10 * n + 9],
+                }
+                for n, claim in enumerate(supported)
+            ] + [
+                {"claim_id": claim, "document_id": f"moved-{index}", "answer_span": [0, 9]}
+                for claim in missing[::2]
+            ]
             message = {
                 "schema_version": 1,
                 "case_id": f"bench-{index}",
@@ -86,10 +104,8 @@ def sample_messages(count: int, *, seed: int = 7) -> Iterator[dict[str, Any]]:
                 "required_claim_ids": required,
                 "supported_claim_ids": supported,
                 "answer": f"Answer {index}: " + " ".join(rng.choices(claims, k=40)),
-                "contexts": [
-                    {"document_id": f"doc-{rng.randint(0, 999)}", "text": "passage " * 60}
-                    for _ in range(3)
-                ],
+                "contexts": contexts,
+                "citations": citations,
                 "grader": {
                     "name": "claim-attributor",
                     "version": "3.2.0",

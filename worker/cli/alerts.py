@@ -1,4 +1,4 @@
-"""`evidence-worker alerts`: nondeterminism alerts kept in the store's alert stream.
+"""`evidence-worker alerts`: the alerts kept in the store's alert stream (both kinds).
 
 The stream is the source of truth for alerts: the webhook is best effort, and an alert it
 did not deliver is logged with its hash and raised_at, which `--since` takes.
@@ -8,24 +8,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
+from contracts.records import AlertKind
 from worker.cli.common import add_store_option, describe, existing_store, positive_int
-from worker.cli.exit_codes import NONDETERMINISM, OK
+from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK
 from worker.settings import Settings
 
 DEFAULT_LIMIT = 100
+ALERT_KINDS = get_args(AlertKind)
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "alerts",
         **describe(
-            "list nondeterminism alerts (exit 3 when there are any)",
+            "list nondeterminism and contract drift alerts (exit 3, 2 for drift alone)",
             example="alerts --store redis://localhost:6379/0 --since 2026-12-01T12:00:00Z",
-            details="Print the newest alerts, oldest first, one JSON object per line: the "
-            "input hash, the first attempt kept and the attempt that disagreed with it. "
+            details="Print the newest alerts, oldest first, one JSON object per line, each with "
+            "its kind: nondeterminism (the input hash, the first attempt kept and the attempt "
+            "that disagreed with it) or contract_drift (a contract version and case ID, both "
+            "required sets, what was added and removed, both hashes and task IDs). Exit 3 when "
+            "a nondeterminism alert is listed, else 2 when a contract drift one is. "
             "The alert stream is the source of truth: an alert the webhook could not deliver "
             "is still listed here.",
         ),
@@ -44,6 +50,11 @@ def register(commands: Any) -> None:
         help="only alerts raised at or after this time, e.g. 2026-12-01T12:00:00Z; no offset "
         "means UTC (default: any time)",
     )
+    parser.add_argument(
+        "--kind",
+        choices=ALERT_KINDS,
+        help="only alerts of this kind (default: both)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -60,17 +71,23 @@ def iso_time(text: str) -> datetime:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     with existing_store(args, settings) as store:
-        if args.since is None:
+        if args.since is None and args.kind is None:
             alerts = store.alerts(limit=args.limit)
             kept = store.alert_count() if len(alerts) == args.limit else len(alerts)
         else:
             # One more than asked says whether there are more, without counting them all.
-            alerts = store.alerts(limit=args.limit + 1, since=args.since)
+            alerts = store.alerts(limit=args.limit + 1, since=args.since, kind=args.kind)
             kept = len(alerts)
             alerts = alerts[-args.limit :]
     for alert in alerts:
         print(alert.model_dump_json())
-    shown = f"alerts: {len(alerts)} nondeterminism alert(s)"
+    counts = Counter(alert.kind for alert in alerts)
+    shown = (
+        f"alerts: {counts['nondeterminism']} nondeterminism,"
+        f" {counts['contract_drift']} contract drift"
+    )
+    if args.kind is not None:
+        shown += f" (--kind {args.kind})"
     if args.since is not None:
         shown += f" raised since {args.since.isoformat()}"
         if kept > len(alerts):
@@ -78,4 +95,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     elif kept > len(alerts):
         shown += f" (the newest {len(alerts)} of {kept} kept; raise --limit to see more)"
     print(shown, file=sys.stderr)
-    return NONDETERMINISM if alerts else OK
+    if counts["nondeterminism"]:
+        return NONDETERMINISM
+    return INVALID if counts["contract_drift"] else OK

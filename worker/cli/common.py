@@ -235,6 +235,8 @@ class Tally:
     cache: Counter[str] = field(default_factory=Counter)
     rejected: int = 0
     alerts: int = 0
+    drift_alerts: int = 0
+    drifted: int = 0  # rows with contract_drift, alerted now or before
     gating_failures: int = 0
     gating_invalid: int = 0
 
@@ -252,9 +254,10 @@ class Tally:
 
     @property
     def exit_code(self) -> int:
-        if self.alerts:
+        # A known conflict is raised once, yet a run that meets it again still met it.
+        if self.alerts or self.cache["conflict"]:
             return NONDETERMINISM
-        if self.gating_invalid:
+        if self.gating_invalid or self.drifted:
             return INVALID
         return POLICY_FAILURE if self.gating_failures else OK
 
@@ -267,6 +270,11 @@ class Tally:
             parts.append("cache " + ", ".join(f"{k} {v}" for k, v in sorted(self.cache.items())))
         if self.alerts:
             parts.append(f"{self.alerts} nondeterminism alert{'s' * (self.alerts != 1)}")
+        if self.drifted:
+            parts.append(
+                f"{self.drifted} row{'s' * (self.drifted != 1)} with contract drift"
+                f" ({self.drift_alerts} new alert{'s' * (self.drift_alerts != 1)})"
+            )
         parts.append(f"policy {policy.version}" if policy else "report-only (no policy)")
         parts.append(f"exit {self.exit_code}")
         return "; ".join(parts)

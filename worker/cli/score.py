@@ -42,7 +42,9 @@ def register(commands: Any) -> None:
             details="Score AttributionResult JSON lines with an embedded store: one JSON "
             "record per line on stdout, a summary on stderr naming the store. Re-running a "
             "file gives cache hits; a different outcome for the same inputs raises a "
-            "nondeterminism alert (exit 3).",
+            "nondeterminism alert (exit 3), once per distinct conflict; another required "
+            "claim set for a contract version and case ID already seen is contract drift "
+            "(exit 2 at least, one contract_drift alert per distinct set).",
         ),
     )
     add_path(parser)
@@ -106,4 +108,6 @@ def score_lines(
             else:
                 tally.add(record.status, blocking=record.blocking, cache=record.cache)
             tally.alerts += result.alert is not None
+            tally.drift_alerts += result.drift is not None
+            tally.drifted += record.contract_drift
         progress.tick(len(chunk))

@@ -72,6 +72,11 @@ def shared_json(attempt: Attempt) -> str:
     None, and read back as None), so two strings are equal exactly when the values are
     (same_shared_fields() compares the same), before or after a round trip through a store.
     """
+    return shared_head(attempt) + drift_tail(attempt)
+
+
+def shared_head(attempt: Attempt) -> str:
+    """shared_json() up to its last two members, which contract drift sets (drift_tail())."""
     return (
         f'"required_claim_ids":[{_texts_json(attempt.required_claim_ids)}],'
         f'"supported_claim_ids":[{_texts_json(attempt.supported_claim_ids)}],'
@@ -82,10 +87,35 @@ def shared_json(attempt: Attempt) -> str:
         f'"contract_version":{_text_json(attempt.contract_version)},'
         f'"citations":{_citations_json(attempt.citations)},'
         f'"missing_claim_ids":{_optional_texts_json(attempt.missing_claim_ids)},'
-        f'"findings":{_findings_json(attempt.findings)},'
-        f'"contract_drift":{"true" if attempt.contract_drift else "false"},'
-        f'"owner":{_text_json(attempt.owner)}'
+        f'"findings":{_findings_json(attempt.findings)}'
     )
+
+
+def drift_tail(attempt: Attempt) -> str:
+    """The end of shared_json(): contract_drift and owner, which the store may change when it
+    finds contract drift (drifted(); the Redis script appends DRIFTED_TAIL instead)."""
+    drift = "true" if attempt.contract_drift else "false"
+    return f',"contract_drift":{drift},"owner":{_text_json(attempt.owner)}'
+
+
+# A drifted attempt's tail: its owner is evaluation data whatever its findings (SPEC §9).
+DRIFT_OWNER: Final = "evaluation-data"
+DRIFTED_TAIL: Final = f',"contract_drift":true,"owner":"{DRIFT_OWNER}"'
+
+
+def drifted(attempt: Attempt) -> Attempt:
+    """The attempt as recorded when the store saw another required set for its (contract
+    version, case ID): marked, and owned by evaluation data."""
+    return attempt.model_copy(update={"contract_drift": True, "owner": DRIFT_OWNER})
+
+
+def required_set_json(attempt: Attempt) -> str:
+    """What contract drift compares: the sorted required claim IDs as a JSON array, for a
+    valid attempt with a contract version and a case ID; "" for any other (no drift check:
+    an invalid row's list is not a set)."""
+    if attempt.value is None or attempt.contract_version is None or attempt.case_id is None:
+        return ""
+    return f"[{_texts_json(sorted(attempt.required_claim_ids))}]"
 
 
 def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
@@ -130,14 +160,18 @@ def entry(attempt: Attempt, *, same_outcome: bool, same_shared: bool) -> str:
     return f"[{own},{{{','.join(differing)}}}]"
 
 
-def script_args(attempt: Attempt) -> tuple[str, str, str, str, str, str]:
-    """What RECORD_LUA is given per attempt to compare it and build its entry: the own JSON
-    values, outcome_json(), outcome_members(), shared_json()."""
+def script_args(attempt: Attempt) -> tuple[str, ...]:
+    """What RECORD_LUA is given per attempt to compare it, build its entry and check contract
+    drift: the own JSON values, outcome_json(), outcome_members(), shared_head(),
+    drift_tail(), the contract version as JSON and required_set_json()."""
     return (
         *own_json(attempt),
         outcome_json(attempt),
         outcome_members(attempt),
-        shared_json(attempt),
+        shared_head(attempt),
+        drift_tail(attempt),
+        _text_json(attempt.contract_version),
+        required_set_json(attempt),
     )
 
 

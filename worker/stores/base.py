@@ -13,12 +13,15 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
+from contracts.records import AlertKind, AnyAlert, ContractDriftAlert
 from worker.stores.ledger import Ledger
 
 
 class Recorded:
     """What recording one attempt found: how it compares with the first attempt, the first
-    attempt itself, and a conflict's alert.
+    attempt itself, a conflict's alert (None when that conflict was alerted before), whether
+    the attempt's required set drifted from its (contract version, case ID)'s first
+    (`contract_drift`) and the drift's alert when this write raised it (`drift`).
 
     A store may hand the first attempt over as the JSON it keeps; it is parsed when asked for.
     A hit's outcome is the attempt's own (that is what a hit is), so the worker asks only on a
@@ -30,7 +33,7 @@ class Recorded:
     recorded, so a replay equals the original; the caller must not raise its alert again.
     """
 
-    __slots__ = ("_first", "alert", "cache", "replayed")
+    __slots__ = ("_first", "alert", "cache", "contract_drift", "drift", "replayed")
 
     def __init__(
         self,
@@ -39,11 +42,15 @@ class Recorded:
         alert: Alert | None = None,
         *,
         replayed: bool = False,
+        contract_drift: bool = False,
+        drift: ContractDriftAlert | None = None,
     ) -> None:
         self.cache = cache
         self._first = first
         self.alert = alert
         self.replayed = replayed
+        self.contract_drift = contract_drift
+        self.drift = drift
 
     @property
     def first(self) -> Attempt:
@@ -54,14 +61,21 @@ class Recorded:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Recorded):
             return NotImplemented
-        return (self.cache, self.first, self.alert) == (other.cache, other.first, other.alert)
+        return (self.cache, self.first, self.alert, self.contract_drift, self.drift) == (
+            other.cache,
+            other.first,
+            other.alert,
+            other.contract_drift,
+            other.drift,
+        )
 
     __hash__ = None  # type: ignore[assignment]  # equal by value, and not immutable
 
     def __repr__(self) -> str:
         return (
             f"Recorded(cache={self.cache!r}, first={self.first!r}, alert={self.alert!r},"
-            f" replayed={self.replayed!r})"
+            f" replayed={self.replayed!r}, contract_drift={self.contract_drift!r},"
+            f" drift={self.drift!r})"
         )
 
 
@@ -127,17 +141,24 @@ class DeadLetter(BaseModel):
 ALERT_CLOCK_MARGIN = timedelta(minutes=5)
 
 
-def newest_since(newest_first: Iterable[Alert], since: datetime, limit: int) -> list[Alert]:
-    """The first `limit` alerts raised at or after `since` from alerts in reverse arrival
-    order, returned oldest first; reading stops once arrival is past ALERT_CLOCK_MARGIN."""
-    found: list[Alert] = []
-    floor = since - ALERT_CLOCK_MARGIN
+def newest_since(
+    newest_first: Iterable[AnyAlert],
+    since: datetime | None,
+    limit: int,
+    kind: AlertKind | None = None,
+) -> list[AnyAlert]:
+    """The first `limit` alerts of `kind` (any, when None) raised at or after `since` (any
+    time, when None) from alerts in reverse arrival order, returned oldest first; reading
+    stops once arrival is past ALERT_CLOCK_MARGIN before `since`."""
+    found: list[AnyAlert] = []
+    floor = None if since is None else since - ALERT_CLOCK_MARGIN
     for alert in newest_first:
         if len(found) >= limit:
             break
-        if alert.raised_at >= since:
-            found.append(alert)
-        elif alert.raised_at < floor:
+        if since is None or alert.raised_at >= since:
+            if kind is None or alert.kind == kind:
+                found.append(alert)
+        elif floor is not None and alert.raised_at < floor:
             break
     found.reverse()
     return found
@@ -174,8 +195,11 @@ class OutcomeStore(Protocol):
     """First-writer-wins outcomes and the attempts behind them.
 
     record() is atomic: of several writers racing on one new hash exactly one sees `miss`.
-    The outcome, the attempt's entry and a conflict's alert are written in one transaction
-    (SQLite) or one script call (Redis), so no alert is lost or written without its attempt.
+    The outcome, the attempt's entry and an alert (a conflict's, or a contract drift's) are
+    written in one transaction (SQLite) or one script call (Redis), so no alert is lost or
+    written without its attempt. The store keeps the first required set of a valid attempt
+    per (contract version, case ID) in the same call (contract drift, SPEC §9), and raises each
+    conflict and each drift once.
 
     A write may carry a write id (worker.scoring.write_ids(): the task ID and the message's
     position in it). The store keeps the write ids of at least the newest
@@ -215,8 +239,11 @@ class OutcomeStore(Protocol):
 class AuditTrail(Protocol):
     """What reviewers and the poison-message guard read: alerts, dead letters, delivery counts."""
 
-    def alerts(self, limit: int = 100, *, since: datetime | None = None) -> list[Alert]:
-        """The newest `limit` alerts (raised at or after `since`, when given), oldest first."""
+    def alerts(
+        self, limit: int = 100, *, since: datetime | None = None, kind: AlertKind | None = None
+    ) -> list[AnyAlert]:
+        """The newest `limit` alerts (raised at or after `since`, of `kind`, when given),
+        oldest first."""
         ...
 
     def alert_count(self) -> int:

@@ -19,7 +19,8 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, TypeVar
 
-from contracts import Alert, Attempt
+from contracts import Attempt
+from contracts.records import AnyAlert
 from worker.errors import TransientError
 from worker.stores.base import DeadLetter, History, Recorded, ResultStore
 from worker.stores.ledger import LedgerEntry
@@ -118,7 +119,7 @@ class DurableStore:
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         return self.inner.first_outcomes()
 
-    def alerts(self, *args: Any, **kwargs: Any) -> list[Alert]:
+    def alerts(self, *args: Any, **kwargs: Any) -> list[AnyAlert]:
         return self.inner.alerts(*args, **kwargs)
 
     def alert_count(self) -> int:

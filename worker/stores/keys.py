@@ -4,12 +4,18 @@ once, though, so it runs on one Redis. The alert and dead-letter streams are glo
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 
 def outcome_key(prefix: str, input_hash: str) -> str:
     """HASH: outcome (outcome_json() of the first attempt), first (the whole first attempt's
     JSON), shared (its shared_json(); absent where an earlier version wrote the hash), total,
-    and one field per recent write id, `w0:<id>` or `w1:<id>` (two generations of the attempt
-    bound each, see RECORD_LUA): what that write found, `miss`, `hit` or its alert's JSON.
+    one field per recent write id, `w0:<id>` or `w1:<id>` (two generations of the attempt
+    bound each, see RECORD_LUA): what that write found, `miss`, `hit`, `conflict` (a conflict
+    alerted before) or its alert's JSON, and beside it `w0:<id>#d` when that write found
+    contract drift (`1`, or the drift alert's JSON when it raised it); and one field per
+    conflict alerted, `a:<the observed outcome_json()>`, so each is raised once.
 
     The write ids sit in the outcome's own hash so that they expire with it and go with it
     when a new first outcome starts a new history, and cost the script no key of their own.
@@ -28,8 +34,18 @@ def attempts_key(prefix: str, input_hash: str) -> str:
     return f"{prefix}:{{{input_hash}}}:attempts"
 
 
+def contract_key(prefix: str, contract_version: str | None, case_id: str | None) -> str:
+    """HASH per (contract version, case ID), for contract drift (SPEC §9): `required` (the
+    first valid row's sorted required claim IDs as JSON), `input_hash` and `task_id` (its
+    hash, and its task ID as JSON), and one field per drift seen, `drift:<the other set's
+    JSON>`: that drift's alert JSON, so that it is raised once. The pair is hashed
+    into the name: both are free text."""
+    pair = json.dumps([contract_version, case_id]).encode()
+    return f"{prefix}:contract:{hashlib.sha256(pair).hexdigest()}"
+
+
 def alerts_key(prefix: str) -> str:
-    """STREAM of nondeterminism alerts (field `alert`: the Alert JSON), appended by RECORD_LUA
+    """STREAM of alerts of both kinds (field `alert`: the alert JSON), appended by RECORD_LUA
     in the call that records the conflicting attempt (which is why the store is single-Redis:
     this key has no hash tag, so it shares no Cluster slot with the hash's keys)."""
     return f"{prefix}:alerts"

@@ -13,14 +13,16 @@ from redis.exceptions import NoScriptError
 
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
+from contracts.records import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS, REDIS_URL_HINT, masked_url
-from worker.stores.attempts import Expander, script_args
+from worker.stores.attempts import DRIFTED_TAIL, Expander, drifted, script_args
 from worker.stores.base import ALERT_CLOCK_MARGIN, DeadLetter, History, Recorded, newest_since
 from worker.stores.keys import (
     alerts_key,
     attempts_key,
+    contract_key,
     dead_letters_key,
     deliveries_key,
     hash_from_outcome_key,
@@ -37,21 +39,27 @@ DELIVERY_COUNT_TTL_SECONDS = 86_400
 SCAN_BATCH = 500
 ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in time
 
-# KEYS: the alert stream, the publish ledger, then the outcome hash, attempts list and ledger
-# task hash of each attempt in turn.
+# KEYS: the alert stream, the publish ledger, then the outcome hash, attempts list, ledger task
+# hash and contract hash (keys.contract_key) of each attempt in turn.
 # ARGV: attempt bound, ttl (0: none), alert stream bound, the time as JSON (an alert's
-# raised_at), then per attempt its script_args() (case ID, task ID and time as JSON values,
-# outcome_json(), outcome_members(), shared_json()) and its write id ('' for none).
-# Returns, per attempt, {cache} on a miss, {cache, first attempt JSON} otherwise; for a write
-# id found in the hash, {cache, first attempt JSON, 'replayed'} and a conflict's alert JSON
-# after that: what that earlier write found, with nothing written now.
+# raised_at), the drifted tail (attempts.DRIFTED_TAIL), then per attempt its script_args()
+# (case ID, task ID and time as JSON values, outcome_json(), outcome_members(), shared_head(),
+# drift_tail(), contract version as JSON, required_set_json()) and its write id ('' for none).
+# Returns, per attempt, {cache, first attempt JSON ('' on a miss), replayed ('' or '1'),
+# alert ('', 'new' for a conflict alerted now, or a replayed write's alert JSON), drift ('':
+# none, '1': drift seen before, or the drift alert's JSON when this write raised it)}.
+# A write id found in the hash is a replay: what that earlier write found, nothing written.
 # Comparing the outcome strings inside the script is what makes "first writer wins" atomic;
 # attempts are recorded in order, so two with one hash in a batch behave as if sent one after
-# the other. The outcome, the entry, the write id and a conflict's alert are written by one
-# call, so none is kept without the others: a script that cannot write (maxmemory) fails at
-# its first write, before any. Entries, the first attempt and an alert's observed attempt are
+# the other. The outcome, the entry, the write id and an alert are written by one call, so
+# none is kept without the others: a script that cannot write (maxmemory) fails at its first
+# write, before any. Entries, the first attempt and an alert's observed attempt are
 # assembled exactly as entry() and whole() in worker/stores/attempts.py do; an alert is the
 # Alert JSON, its input hash read out of the outcome key (input hashes are hex digests).
+# Each conflict (first outcome, observed outcome) and each drift (contract version, case ID,
+# required set) is alerted once: a field in the outcome or contract hash says it was.
+# Contract drift: the first valid row per (contract version, case ID) keeps its required set;
+# a later one with another set is recorded with DRIFTED_TAIL instead of its own tail.
 # A hash written before `shared` was kept has none: its entries keep their lists. One written
 # before write ids were kept has none either: every write to it is a new one.
 # Write ids (keys.outcome_key): attempt number n belongs to generation (n - 1) // bound, kept
@@ -63,7 +71,7 @@ ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in ti
 RECORD_LUA = """
 local bound, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local generation_size = math.max(bound, 1)
-local max_alerts, raised_at = ARGV[3], ARGV[4]
+local max_alerts, raised_at, drifted_tail = ARGV[3], ARGV[4], ARGV[5]
 local alerts_key, ledger_key = KEYS[1], KEYS[2]
 local replies = {}
 
@@ -88,24 +96,57 @@ local function close(task_key, write)
   if position then redis.call('HDEL', task_key, position) end
 end
 
-for i = 1, (#KEYS - 2) / 3 do
-  local outcome_key, attempts_key, task_key = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
-  local at = 4 + 7 * (i - 1)
+-- '' when the attempt keeps its required set's first, '1' for a drift alerted before, or the
+-- alert JSON of a drift seen now (written to the stream here).
+local function drift(contract_key, required, input_hash, case_id, task_id, contract_version)
+  if required == '' then return '' end
+  local first = redis.call('HMGET', contract_key, 'required', 'input_hash', 'task_id')
+  if not first[1] then
+    redis.call('HSET', contract_key, 'required', required, 'input_hash', input_hash,
+      'task_id', task_id)
+    if ttl > 0 then redis.call('EXPIRE', contract_key, ttl) end
+    return ''
+  end
+  if first[1] == required then return '' end
+  local seen = 'drift:' .. required
+  if redis.call('HEXISTS', contract_key, seen) == 1 then return '1' end
+  local alert = '{"kind":"contract_drift","case_id":' .. case_id .. ',"contract_version":'
+    .. contract_version .. ',"first_required_claim_ids":' .. first[1]
+    .. ',"required_claim_ids":' .. required .. ',"first_input_hash":"' .. first[2]
+    .. '","input_hash":"' .. input_hash .. '","first_task_id":' .. first[3]
+    .. ',"task_id":' .. task_id .. ',"raised_at":' .. raised_at .. '}'
+  redis.call('HSET', contract_key, seen, alert)
+  redis.call('XADD', alerts_key, 'MAXLEN', '~', max_alerts, '*', 'alert', alert)
+  return alert
+end
+
+for i = 1, (#KEYS - 2) / 4 do
+  local base = 2 + 4 * (i - 1)
+  local outcome_key, attempts_key = KEYS[base + 1], KEYS[base + 2]
+  local task_key, contract_key = KEYS[base + 3], KEYS[base + 4]
+  local at = 5 + 10 * (i - 1)
   local case_id, task_id, recorded_at = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  local outcome, outcome_members, shared = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
-  local write = ARGV[at + 7]
+  local outcome, outcome_members, head = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
+  local tail, contract_version, required = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9]
+  local write = ARGV[at + 10]
+  local input_hash = string.match(outcome_key, '{([^{}]*)}:outcome$')
   local stored = redis.call('HMGET', outcome_key, 'outcome', 'shared', 'first', 'total',
-    'w0:' .. write, 'w1:' .. write)
+    'w0:' .. write, 'w1:' .. write, 'w0:' .. write .. '#d', 'w1:' .. write .. '#d')
   local found = write ~= '' and (stored[5] or stored[6])
   if found then
-    if found == 'miss' or found == 'hit' then
-      replies[i] = {found, stored[3], 'replayed'}
+    local drifted = stored[7] or stored[8] or ''
+    if found == 'miss' or found == 'hit' or found == 'conflict' then
+      replies[i] = {found, stored[3], '1', '', drifted}
     else
-      replies[i] = {'conflict', stored[3], 'replayed', found}
+      replies[i] = {'conflict', stored[3], '1', found, drifted}
     end
   else
+    local drifted = drift(contract_key, required, input_hash, case_id, task_id,
+      contract_version)
+    local shared = head .. tail
+    if drifted ~= '' then shared = head .. drifted_tail end
     local entry = '[' .. case_id .. ',' .. task_id .. ',' .. recorded_at
-    local cache = 'miss'
+    local cache, alerted = 'miss', ''
     if stored[1] then
       local number = (tonumber(stored[4]) or 0) + 1
       local differing = {}
@@ -118,33 +159,36 @@ for i = 1, (#KEYS - 2) / 3 do
       if stored[2] ~= shared then differing[#differing + 1] = shared end
       if #differing > 0 then entry = entry .. ',{' .. table.concat(differing, ',') .. '}' end
       local result = cache
-      if cache == 'conflict' then
-        result = '{"input_hash":"' .. string.match(outcome_key, '{([^{}]*)}:outcome$')
+      if cache == 'conflict'
+          and redis.call('HSETNX', outcome_key, 'a:' .. outcome, '1') == 1 then
+        result = '{"kind":"nondeterminism","input_hash":"' .. input_hash
           .. '","decision":"kept_first","first":' .. stored[3] .. ',"observed":'
           .. whole(case_id, task_id, recorded_at, outcome_members, shared)
           .. ',"raised_at":' .. raised_at .. '}'
         redis.call('XADD', alerts_key, 'MAXLEN', '~', max_alerts, '*', 'alert', result)
+        alerted = 'new'
       end
       if write == '' then
         redis.call('HSET', outcome_key, 'total', number)
       else
         local generation = math.floor((number - 1) / generation_size) % 2
         if (number - 1) % generation_size == 0 then forget(outcome_key, generation) end
-        redis.call('HSET', outcome_key, 'total', number, 'w' .. generation .. ':' .. write, result)
+        local field = 'w' .. generation .. ':' .. write
+        redis.call('HSET', outcome_key, 'total', number, field, result)
+        if drifted ~= '' then redis.call('HSET', outcome_key, field .. '#d', drifted) end
       end
-      replies[i] = {cache, stored[3]}
+      replies[i] = {cache, stored[3], '', alerted, drifted}
     else
       local first = whole(case_id, task_id, recorded_at, outcome_members, shared)
-      if write == '' then
-        redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
-          'total', 1)
-      else
-        redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
-          'total', 1, 'w0:' .. write, 'miss')
+      redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
+        'total', 1)
+      if write ~= '' then
+        redis.call('HSET', outcome_key, 'w0:' .. write, 'miss')
+        if drifted ~= '' then redis.call('HSET', outcome_key, 'w0:' .. write .. '#d', drifted) end
       end
       -- a new first outcome (only possible after expiry) starts a new history
       redis.call('DEL', attempts_key)
-      replies[i] = {cache}
+      replies[i] = {cache, '', '', '', drifted}
     end
     redis.call('RPUSH', attempts_key, entry .. ']')
     redis.call('LTRIM', attempts_key, -bound, -1)
@@ -249,6 +293,7 @@ class RedisStore(RedisLedger):
             self.ttl_seconds,
             MAX_ALERTS,
             to_json(now).decode(),  # raised_at, as pydantic writes it in a whole Alert
+            DRIFTED_TAIL,
         ]
         shared_keys = [alerts_key(self.prefix), ledger_key(self.prefix)]
         calls = []
@@ -263,6 +308,7 @@ class RedisStore(RedisLedger):
                     outcome_key(self.prefix, input_hash),
                     attempts_key(self.prefix, input_hash),
                     ledger_task_key(self.prefix, task_and_position(write_id or "")[0]),
+                    contract_key(self.prefix, attempt.contract_version, attempt.case_id),
                 )
                 args += script_args(attempt)
                 args.append(write_id or "")
@@ -311,18 +357,28 @@ class RedisStore(RedisLedger):
     @staticmethod
     def _recorded(input_hash: str, attempt: Attempt, reply: list[bytes], now: datetime) -> Recorded:
         cache = cast("CacheOutcome", reply[0].decode())
-        if len(reply) > 2:  # this write id was recorded before: what that write found
-            alert = Alert.model_validate_json(reply[3]) if cache == "conflict" else None
-            first = reply[1] if alert is None else alert.first
-            return Recorded(cache=cache, first=first, alert=alert, replayed=True)
+        first_json, replayed, alerted, drift = reply[1], reply[2], reply[3], reply[4]
+        drift_alert = None
+        if drift:
+            attempt = drifted(attempt)
+            if drift != b"1":
+                drift_alert = cast("ContractDriftAlert", parse_alert(drift))
+        if replayed:  # this write id was recorded before: what that write found
+            alert = Alert.model_validate_json(alerted) if alerted else None
+            first: Attempt | bytes = first_json if alert is None else alert.first
+            return Recorded(
+                cache, first, alert, replayed=True, contract_drift=bool(drift), drift=drift_alert
+            )
         if cache == "miss":
-            return Recorded(cache="miss", first=attempt)
-        if cache == "hit":
-            return Recorded(cache="hit", first=reply[1])
-        # The script appended this very alert to the stream; built here rather than parsed back.
-        first = Attempt.model_validate_json(reply[1])
-        alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
-        return Recorded(cache="conflict", first=first, alert=alert)
+            first = attempt
+        elif cache == "hit":
+            first = first_json
+        else:
+            first = Attempt.model_validate_json(first_json)
+        alert = None
+        if alerted:  # the script appended this very alert: built here rather than parsed back
+            alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
+        return Recorded(cache, first, alert, contract_drift=bool(drift), drift=drift_alert)
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         pattern = outcome_key(self.prefix, "*")
@@ -379,18 +435,21 @@ class RedisStore(RedisLedger):
         )
         return [fields[field] for _, fields in reversed(entries)]
 
-    def alerts(self, limit: int = 100, *, since: datetime | None = None) -> list[Alert]:
-        if since is not None:
-            return newest_since(self._alerts_back_to(since), since, limit)
+    def alerts(
+        self, limit: int = 100, *, since: datetime | None = None, kind: AlertKind | None = None
+    ) -> list[AnyAlert]:
+        if since is not None or kind is not None:
+            return newest_since(self._alerts_back_to(since), since, limit, kind)
         return [
-            Alert.model_validate_json(text)
-            for text in self._newest(alerts_key(self.prefix), b"alert", limit)
+            parse_alert(text) for text in self._newest(alerts_key(self.prefix), b"alert", limit)
         ]
 
-    def _alerts_back_to(self, since: datetime) -> Iterator[Alert]:
+    def _alerts_back_to(self, since: datetime | None) -> Iterator[AnyAlert]:
         """Alerts newest first, a page per round trip, down to the stream ID of `since` less
         the clock margin (an ID's first part is the server's time in milliseconds)."""
-        floor_ms = max(int((since - ALERT_CLOCK_MARGIN).timestamp() * 1000), 0)
+        floor_ms = (
+            0 if since is None else max(int((since - ALERT_CLOCK_MARGIN).timestamp() * 1000), 0)
+        )
         newest = "+"
         while True:
 
@@ -401,7 +460,7 @@ class RedisStore(RedisLedger):
 
             page = cast("list[tuple[bytes, dict[bytes, bytes]]]", self._call(fetch))
             for _, fields in page:
-                yield Alert.model_validate_json(fields[b"alert"])
+                yield parse_alert(fields[b"alert"])
             if len(page) < ALERT_PAGE:
                 return
             newest = f"({page[-1][0].decode()}"

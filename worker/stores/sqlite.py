@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 from contracts import Alert, Attempt
+from contracts.outcomes import CacheOutcome
+from contracts.records import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
 from worker.errors import ConfigurationError
 from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS
-from worker.stores.attempts import Expander, entry, same_shared_fields, shared_json, whole
+from worker.stores.attempts import (
+    Expander,
+    drifted,
+    entry,
+    required_set_json,
+    same_shared_fields,
+    shared_json,
+    whole,
+)
 from worker.stores.base import (
     DeadLetter,
     History,
@@ -27,8 +39,10 @@ from worker.stores.sqlite_transaction import immediate
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
 # keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry;
 # version 2 adds `writes` (an empty table for a file of version 1: every write to it is new);
-# version 3 adds `ledger` (worker/stores/sqlite_ledger.py), empty as a file is migrated.
-SCHEMA_VERSION = 3
+# version 3 adds `ledger` (worker/stores/sqlite_ledger.py), empty as a file is migrated;
+# version 4 adds `contracts`, `drifts`, `conflicts_alerted` (empty as a file is migrated: every
+# conflict alerted before is alerted once more) and writes.drift (NULL in rows from before).
+SCHEMA_VERSION = 4
 SCHEMA = (
     # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
     # is compared without parsing the first; NULL in rows migrated from version 0.
@@ -54,13 +68,40 @@ SCHEMA = (
         id INTEGER PRIMARY KEY AUTOINCREMENT, letter TEXT NOT NULL
     )""",
     # The write ids of an outcome's newest attempts (OutcomeStore): number is the attempt's
-    # (its total_attempts then), found what that write found: miss, hit or its alert's JSON.
+    # (its total_attempts then), found what that write found: miss, hit, conflict (alerted
+    # before) or its alert's JSON; drift, when it found contract drift: 1, or the drift
+    # alert's JSON when it raised it.
     """CREATE TABLE IF NOT EXISTS writes (
         outcome_id INTEGER NOT NULL,
         write_id TEXT NOT NULL,
         number INTEGER NOT NULL,
         found TEXT NOT NULL,
+        drift TEXT,
         PRIMARY KEY (outcome_id, write_id)
+    ) WITHOUT ROWID""",
+    # Contract drift (SPEC §9): the first valid row's sorted required set (required_set_json())
+    # per (contract version, case ID), with its hash and task ID; each drift alerted, by the
+    # other set; each conflict alerted, by its observed outcome_json().
+    """CREATE TABLE IF NOT EXISTS contracts (
+        contract_version TEXT NOT NULL,
+        case_id TEXT NOT NULL,
+        required TEXT NOT NULL,
+        input_hash TEXT NOT NULL,
+        task_id TEXT,
+        expires_at TEXT,
+        PRIMARY KEY (contract_version, case_id)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS drifts (
+        contract_version TEXT NOT NULL,
+        case_id TEXT NOT NULL,
+        required TEXT NOT NULL,
+        alert TEXT NOT NULL,
+        PRIMARY KEY (contract_version, case_id, required)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS conflicts_alerted (
+        outcome_id INTEGER NOT NULL,
+        observed TEXT NOT NULL,
+        PRIMARY KEY (outcome_id, observed)
     ) WITHOUT ROWID""",
     *LEDGER_SCHEMA,
 )
@@ -125,14 +166,37 @@ class _Outcome:
         return self.first
 
 
-def _replayed(outcome: _Outcome, found: str) -> Recorded:
-    """The Recorded of a write kept under `outcome` that found `found` (a write id's row)."""
-    if found == "miss":
-        return Recorded(cache="miss", first=outcome.first, replayed=True)
-    if found == "hit":
-        return Recorded(cache="hit", first=outcome.first, replayed=True)
-    alert = Alert.model_validate_json(found)
-    return Recorded(cache="conflict", first=alert.first, alert=alert, replayed=True)
+@dataclass(slots=True)
+class _Contract:
+    """A (contract version, case ID)'s first required set while a batch is recorded."""
+
+    required: str  # required_set_json() of its first valid attempt
+    input_hash: str
+    task_id: str | None
+    expires_at: str | None
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and datetime.fromisoformat(self.expires_at) <= now
+
+
+def _marked(recorded: Recorded, drift: str | None) -> Recorded:
+    """`recorded` with what the drift check found: "" or None (none), "1" (a drift alerted
+    before) or the JSON of the drift alert this write raised."""
+    recorded.contract_drift = bool(drift)
+    if drift and drift != "1":
+        recorded.drift = cast("ContractDriftAlert", parse_alert(drift))
+    return recorded
+
+
+def _replayed(outcome: _Outcome, found: str, drift: str | None) -> Recorded:
+    """The Recorded of a write kept under `outcome` that found `found` and `drift` (a write
+    id's row)."""
+    if found in ("miss", "hit", "conflict"):
+        recorded = Recorded(cast("CacheOutcome", found), outcome.first, replayed=True)
+    else:
+        alert = Alert.model_validate_json(found)
+        recorded = Recorded("conflict", alert.first, alert, replayed=True)
+    return _marked(recorded, drift)
 
 
 class SQLiteStore(SQLiteLedger):
@@ -188,6 +252,9 @@ class SQLiteStore(SQLiteLedger):
                     db.execute(statement)
             for statement in SCHEMA:
                 db.execute(statement)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(writes)")}
+            if "drift" not in columns:  # a file of version 2 or 3
+                db.execute("ALTER TABLE writes ADD COLUMN drift TEXT")
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _has_version_0_tables(self) -> bool:
@@ -217,7 +284,7 @@ class SQLiteStore(SQLiteLedger):
         expires_at = (now + self.ttl).isoformat() if self.ttl else None
         results: list[Recorded] = []
         entries: list[tuple[int, str]] = []
-        writes: list[tuple[int, str, int, str]] = []
+        writes: list[tuple[int, str, int, str, str | None]] = []
         alerts: list[str] = []
         counted: set[int] = set()
         db = self._db
@@ -230,13 +297,32 @@ class SQLiteStore(SQLiteLedger):
                     if write_id and input_hash in outcomes
                 }
             )
-            for (input_hash, attempt), write_id in zip(items, ids, strict=True):
+            contracts = self._contracts(
+                {
+                    (attempt.contract_version, attempt.case_id)
+                    for _, attempt in items
+                    if attempt.contract_version is not None and attempt.case_id is not None
+                }
+            )
+            for (input_hash, given), write_id in zip(items, ids, strict=True):
                 outcome = outcomes.get(input_hash)
+                if (
+                    outcome is not None
+                    and write_id
+                    and not outcome.expired(now)
+                    and (kept := known.get((outcome.id, write_id))) is not None
+                ):
+                    results.append(_replayed(outcome, *kept))
+                    continue
+                drift = self._drift(
+                    input_hash, given, contracts, alerts=alerts, now=now, expires_at=expires_at
+                )
+                attempt = drifted(given) if drift else given
                 if outcome is not None and outcome.expired(now):
                     # A new first outcome starts a new history. No entry of the old one is
                     # pending: an earlier item under this hash would have restarted it already.
-                    db.execute("DELETE FROM attempts WHERE outcome_id = ?", (outcome.id,))
-                    db.execute("DELETE FROM writes WHERE outcome_id = ?", (outcome.id,))
+                    for table in ("attempts", "writes", "conflicts_alerted"):
+                        db.execute(f"DELETE FROM {table} WHERE outcome_id = ?", (outcome.id,))
                     known = {key: found for key, found in known.items() if key[0] != outcome.id}
                     outcome = outcomes[input_hash] = _Outcome.new(outcome.id, attempt, expires_at)
                     db.execute(
@@ -258,27 +344,26 @@ class SQLiteStore(SQLiteLedger):
                         ),
                     ).fetchone()
                     outcome = outcomes[input_hash] = _Outcome.new(outcome_id, attempt, expires_at)
-                elif write_id and (found := known.get((outcome.id, write_id))) is not None:
-                    results.append(_replayed(outcome, found))
-                    continue
                 else:
                     outcome.total += 1
                     counted.add(outcome.id)
-                    result = self._compare(input_hash, outcome, attempt, entries, now)
+                    result = _marked(
+                        self._compare(input_hash, outcome, attempt, entries, now), drift
+                    )
                     results.append(result)
-                    found = result.cache
+                    found: str = result.cache
                     if result.alert is not None:
                         found = result.alert.model_dump_json()
                         alerts.append(found)
                     if write_id:
-                        known[outcome.id, write_id] = found
-                        writes.append((outcome.id, write_id, outcome.total, found))
+                        known[outcome.id, write_id] = (found, drift or None)
+                        writes.append((outcome.id, write_id, outcome.total, found, drift or None))
                     continue
-                results.append(Recorded(cache="miss", first=attempt))
+                results.append(_marked(Recorded(cache="miss", first=attempt), drift))
                 entries.append((outcome.id, entry(attempt, same_outcome=True, same_shared=True)))
                 if write_id:
-                    known[outcome.id, write_id] = "miss"
-                    writes.append((outcome.id, write_id, 1, "miss"))
+                    known[outcome.id, write_id] = ("miss", drift or None)
+                    writes.append((outcome.id, write_id, 1, "miss", drift or None))
             self._store(
                 entries,
                 [(o.total, o.id) for o in outcomes.values() if o.id in counted],
@@ -287,6 +372,83 @@ class SQLiteStore(SQLiteLedger):
                 ids,
             )
         return results
+
+    def _contracts(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _Contract]:
+        """The first required sets kept for these (contract version, case ID) pairs."""
+        found: dict[tuple[str, str], _Contract] = {}
+        ordered = sorted(pairs)
+        for start in range(0, len(ordered), WRITES_PER_READ):
+            chunk = ordered[start : start + WRITES_PER_READ]
+            values = ",".join(["(?, ?)"] * len(chunk))
+            rows = self._db.execute(
+                f"WITH wanted (contract_version, case_id) AS (VALUES {values})"
+                " SELECT c.contract_version, c.case_id, c.required, c.input_hash, c.task_id,"
+                " c.expires_at FROM wanted CROSS JOIN contracts AS c"
+                " ON c.contract_version = wanted.contract_version"
+                " AND c.case_id = wanted.case_id",
+                [value for pair in chunk for value in pair],
+            )
+            for contract_version, case_id, *fields in rows:
+                found[contract_version, case_id] = _Contract(*fields)
+        return found
+
+    def _drift(
+        self,
+        input_hash: str,
+        attempt: Attempt,
+        contracts: dict[tuple[str, str], _Contract],
+        *,
+        alerts: list[str],
+        now: datetime,
+        expires_at: str | None,
+    ) -> str:
+        """Contract drift for one attempt, as RECORD_LUA's drift(): "" when it keeps its
+        pair's first required set (or starts it), "1" for a drift alerted before, or the
+        JSON of the drift alert raised now (appended to `alerts`)."""
+        required = required_set_json(attempt)
+        if not required or attempt.contract_version is None or attempt.case_id is None:
+            return ""
+        db = self._db
+        pair = (attempt.contract_version, attempt.case_id)
+        first = contracts.get(pair)
+        if first is None or first.expired(now):
+            if first is not None:  # its drifts go with it, as the Redis hash's fields do
+                db.execute("DELETE FROM drifts WHERE contract_version = ? AND case_id = ?", pair)
+            contracts[pair] = _Contract(required, input_hash, attempt.task_id, expires_at)
+            db.execute(
+                "INSERT OR REPLACE INTO contracts (contract_version, case_id, required,"
+                " input_hash, task_id, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (*pair, required, input_hash, attempt.task_id, expires_at),
+            )
+            return ""
+        if first.required == required:
+            return ""
+        seen = db.execute(
+            "SELECT 1 FROM drifts WHERE contract_version = ? AND case_id = ? AND required = ?",
+            (*pair, required),
+        ).fetchone()
+        if seen is not None:
+            return "1"
+        first_set, later_set = json.loads(first.required), json.loads(required)
+        text = ContractDriftAlert(
+            case_id=attempt.case_id,
+            contract_version=attempt.contract_version,
+            first_required_claim_ids=first_set,
+            required_claim_ids=later_set,
+            added_claim_ids=sorted(set(later_set) - set(first_set)),
+            removed_claim_ids=sorted(set(first_set) - set(later_set)),
+            first_input_hash=first.input_hash,
+            input_hash=input_hash,
+            first_task_id=first.task_id,
+            task_id=attempt.task_id,
+            raised_at=now,
+        ).model_dump_json()
+        db.execute(
+            "INSERT INTO drifts (contract_version, case_id, required, alert) VALUES (?, ?, ?, ?)",
+            (*pair, required, text),
+        )
+        alerts.append(text)
+        return text
 
     def _outcomes(self, hashes: set[str]) -> dict[str, _Outcome]:
         """The stored outcomes of these hashes, by hash, read a few hundred at a time."""
@@ -303,28 +465,32 @@ class SQLiteStore(SQLiteLedger):
                 found[input_hash] = _Outcome(*fields)
         return found
 
-    def _writes(self, wanted: set[tuple[int, str]]) -> dict[tuple[int, str], str]:
-        """What each of these (outcome id, write id) pairs found, for those that are kept.
+    def _writes(
+        self, wanted: set[tuple[int, str]]
+    ) -> dict[tuple[int, str], tuple[str, str | None]]:
+        """What each of these (outcome id, write id) pairs found, and its drift, for those
+        that are kept.
 
         CROSS JOIN keeps SQLite from scanning `writes`: it looks each pair up by primary key.
         """
-        found: dict[tuple[int, str], str] = {}
+        found: dict[tuple[int, str], tuple[str, str | None]] = {}
         ordered = sorted(wanted)
         for start in range(0, len(ordered), WRITES_PER_READ):
             chunk = ordered[start : start + WRITES_PER_READ]
             pairs = ",".join(["(?, ?)"] * len(chunk))
             rows = self._db.execute(
                 f"WITH wanted (outcome_id, write_id) AS (VALUES {pairs})"
-                " SELECT w.outcome_id, w.write_id, w.found FROM wanted CROSS JOIN writes AS w"
+                " SELECT w.outcome_id, w.write_id, w.found, w.drift"
+                " FROM wanted CROSS JOIN writes AS w"
                 " ON w.outcome_id = wanted.outcome_id AND w.write_id = wanted.write_id",
                 [value for pair in chunk for value in pair],
             )
-            for outcome_id, write_id, text in rows:
-                found[outcome_id, write_id] = text
+            for outcome_id, write_id, text, drift in rows:
+                found[outcome_id, write_id] = (text, drift)
         return found
 
-    @staticmethod
     def _compare(
+        self,
         input_hash: str,
         outcome: _Outcome,
         attempt: Attempt,
@@ -345,6 +511,14 @@ class SQLiteStore(SQLiteLedger):
         if same_outcome:
             return Recorded(cache="hit", first=outcome.first)
         first = outcome.first_attempt()
+        # Each (first outcome, observed outcome) is alerted once: an outcome's row is its first.
+        new = self._db.execute(
+            "INSERT INTO conflicts_alerted (outcome_id, observed) VALUES (?, ?)"
+            " ON CONFLICT DO NOTHING RETURNING 1",
+            (outcome.id, outcome_json(attempt)),
+        ).fetchone()
+        if new is None:
+            return Recorded(cache="conflict", first=first)
         alert = Alert(input_hash=input_hash, first=first, observed=attempt, raised_at=now)
         return Recorded(cache="conflict", first=first, alert=alert)
 
@@ -352,7 +526,7 @@ class SQLiteStore(SQLiteLedger):
         self,
         entries: list[tuple[int, str]],
         totals: list[tuple[int, int]],
-        writes: list[tuple[int, str, int, str]],
+        writes: list[tuple[int, str, int, str, str | None]],
         alerts: list[str],
         write_ids: Sequence[str | None],
     ) -> None:
@@ -362,7 +536,9 @@ class SQLiteStore(SQLiteLedger):
         db.executemany("UPDATE outcomes SET total_attempts = ? WHERE id = ?", totals)
         db.executemany("INSERT INTO attempts (outcome_id, attempt) VALUES (?, ?)", entries)
         db.executemany(
-            "INSERT INTO writes (outcome_id, write_id, number, found) VALUES (?, ?, ?, ?)", writes
+            "INSERT INTO writes (outcome_id, write_id, number, found, drift)"
+            " VALUES (?, ?, ?, ?, ?)",
+            writes,
         )
         # Bounded per hash: the newest attempts and their write ids stay; the first is also
         # kept in `outcomes`. A hash never recorded more often than the bound has nothing to trim.
@@ -411,16 +587,18 @@ class SQLiteStore(SQLiteLedger):
             expires_at=datetime.fromisoformat(row[3]) if row[3] else None,
         )
 
-    def alerts(self, limit: int = 100, *, since: datetime | None = None) -> list[Alert]:
-        if since is not None:
-            return newest_since(self._alerts_newest_first(), since, limit)
+    def alerts(
+        self, limit: int = 100, *, since: datetime | None = None, kind: AlertKind | None = None
+    ) -> list[AnyAlert]:
+        if since is not None or kind is not None:
+            return newest_since(self._alerts_newest_first(), since, limit, kind)
         rows = self._db.execute(
             "SELECT alert FROM (SELECT id, alert FROM alerts ORDER BY id DESC LIMIT ?) ORDER BY id",
             (max(limit, 0),),  # SQLite reads a negative LIMIT as "no limit"
         )
-        return [Alert.model_validate_json(text) for (text,) in rows]
+        return [parse_alert(text) for (text,) in rows]
 
-    def _alerts_newest_first(self) -> Iterator[Alert]:
+    def _alerts_newest_first(self) -> Iterator[AnyAlert]:
         """Every alert in reverse arrival order, read a page at a time as the caller goes."""
         up_to = MAX_ROWID
         while True:
@@ -430,7 +608,7 @@ class SQLiteStore(SQLiteLedger):
             ).fetchall()
             for row_id, text in rows:
                 up_to = row_id - 1
-                yield Alert.model_validate_json(text)
+                yield parse_alert(text)
             if len(rows) < ALERT_PAGE:
                 return
 
