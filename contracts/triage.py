@@ -96,6 +96,28 @@ def triage(
     )
 
 
+def release_row_triage(
+    required_claim_ids: Sequence[str],
+    supported_claim_ids: Sequence[str],
+    decision: Decision,
+    *,
+    release_rule: bool = False,
+) -> Triage:
+    """A ReleaseRow's triage: it carries no contexts or citations, so no findings, and a row
+    that fails for its claims is the product's (precedence as in triage())."""
+    if decision.status == "invalid":
+        return Triage(missing_claim_ids=None, findings=[], owner="evaluation-data")
+    return Triage(
+        missing_claim_ids=sorted(_claims(required_claim_ids) - _claims(supported_claim_ids)),
+        findings=[],
+        owner=row_owner(decision, [], contract_drift=False, release_rule=release_rule),
+    )
+
+
+def _claims(claim_ids: Iterable[str]) -> set[str]:
+    return {claim.strip() for claim in claim_ids}
+
+
 # The findings that are about claims other than the missing ones.
 _BESIDE: Final = frozenset({"citation_unknown_claim", "supported_without_citation"})
 
@@ -103,8 +125,8 @@ _BESIDE: Final = frozenset({"citation_unknown_claim", "supported_without_citatio
 def _findings(message: AttributionResult) -> list[Finding]:
     """The missing claims' findings in sorted claim order, then each citation of an unknown
     claim in citation order, then each uncited supported claim in sorted order."""
-    required = {claim.strip() for claim in message.required_claim_ids}
-    supported = {claim.strip() for claim in message.supported_claim_ids}
+    required = _claims(message.required_claim_ids)
+    supported = _claims(message.supported_claim_ids)
     retrieved = {context.document_id for context in message.contexts}
     cited: dict[str, list[Citation]] = {}
     for citation in message.citations:

@@ -20,7 +20,8 @@ EXAMPLE_POLICY = EXAMPLES / "policy.toml"
 
 GATE_FIELDS = [
     "line", "case_id", "status", "value", "reason", "contract_version", "policy_group",
-    "policy_version", "threshold", "blocking", "owner", "score",
+    "policy_version", "threshold", "blocking", "owner", "score", "missing_claim_ids", "findings",
+    "contract_drift",
 ]  # fmt: skip
 
 
@@ -150,6 +151,9 @@ def test_failing_row_line_is_exact(
             "threshold": 0.85,
             "blocking": True,
             "owner": "product",
+            "missing_claim_ids": ["c2"],
+            "findings": [],
+            "contract_drift": False,
         }
     ]
     assert run.err == "gate: 1 rows: fail 1; policy 2026-12-01; exit 1\n"
@@ -173,6 +177,7 @@ def test_metric_invalid_row_line_is_exact(
         "2026-12-01",
     )
     assert line["reason"].endswith("supported_claim_ids contains unknown IDs: old-c2")
+    assert (line["missing_claim_ids"], line["findings"]) == (None, [])
 
 
 def test_bad_json_line_has_null_case_id_and_its_line_number(
@@ -358,3 +363,230 @@ def test_stdin_dash_is_read(gate: Callable[..., Run], monkeypatch: pytest.Monkey
 
     assert [(r["line"], r["status"]) for r in run.rows] == [(1, "pass"), (2, "fail")]
     assert run.code == 1
+
+
+def policy_file(tmp_path: Path, version: str, min_coverage: float, name: str = "old.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(f'version = "{version}"\n[groups.default]\nmin_coverage = {min_coverage}\n')
+    return path
+
+
+# value 2/3: passes a 0.6 rule, fails the example policy's 0.85
+TWO_OF_THREE = row(
+    case_id="case-moved", required_claim_ids=["a", "b", "c"], supported_claim_ids=["a", "b"]
+)
+
+
+def test_row_failing_only_because_the_rule_moved_is_owned_by_release_rule(
+    gate: Callable[..., Run], write_jsonl: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Same value, stricter rule: policy_change names the baseline, the owner is release-rule."""
+    baseline = policy_file(tmp_path, "2026-11-01", 0.6)
+    run = gate(
+        write_jsonl([TWO_OF_THREE]), "--policy", EXAMPLE_POLICY, "--baseline-policy", baseline
+    )
+
+    (line,) = run.rows
+    assert (line["status"], line["value"], line["owner"]) == ("fail", 2 / 3, "release-rule")
+    assert line["policy_change"] == {
+        "baseline_version": "2026-11-01",
+        "baseline_status": "pass",
+        "baseline_threshold": 0.6,
+    }
+    assert line["missing_claim_ids"] == ["c"]
+    assert run.code == 1  # the current policy decides the exit code
+    assert run.err == (
+        "gate: 1 rows: fail 1; policy 2026-12-01; "
+        "1 row changed status against baseline policy 2026-11-01; exit 1\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "baseline_coverage", "expected"),
+    [
+        pytest.param(
+            [TWO_OF_THREE], 0.9, [("fail", "product", None)], id="failed-before-too-no-change"
+        ),
+        pytest.param([row()], 0.6, [("pass", None, None)], id="passes-under-both"),
+        pytest.param(
+            [row(case_id="loosened", supported_claim_ids=["c1"])],
+            0.9,
+            [("fail", "product", None)],
+            id="fails-under-both",
+        ),
+        pytest.param(
+            [row(case_id="case-1", required_claim_ids=["a", "b"], supported_claim_ids=["a"])],
+            0.4,
+            [("fail", "release-rule", ("pass", 0.4))],
+            id="half-passed-at-0.4",
+        ),
+        pytest.param([INVALID], 0.1, [("invalid", "evaluation-data", None)], id="invalid-both"),
+        pytest.param(
+            [row(case_id="x", policy_group="disclosure")],
+            0.1,
+            [("pass", None, ("invalid", None))],
+            id="group-unknown-to-baseline",
+        ),
+        pytest.param(
+            [{**TWO_OF_THREE, "blocking": False}],
+            0.6,
+            [("fail", "release-rule", ("pass", 0.6))],
+            id="non-blocking-still-triaged",
+        ),
+    ],
+)
+def test_status_under_both_policies(
+    rows: list[Any],
+    baseline_coverage: float,
+    expected: list[tuple[str, str | None, tuple[str, float | None] | None]],
+    gate: Callable[..., Run],
+    write_jsonl: Callable[..., Path],
+    tmp_path: Path,
+) -> None:
+    """policy_change appears exactly when the status differs; release-rule only for a valid
+    row that fails now and passed before."""
+    baseline = policy_file(tmp_path, "old", baseline_coverage)
+    run = gate(write_jsonl(rows), "--policy", EXAMPLE_POLICY, "--baseline-policy", baseline)
+
+    got = []
+    for line in run.rows:
+        change = line.get("policy_change")
+        assert change is None or change["baseline_version"] == "old"
+        got.append(
+            (
+                line["status"],
+                line["owner"],
+                None
+                if change is None
+                else (change["baseline_status"], change["baseline_threshold"]),
+            )
+        )
+    assert got == expected
+
+
+def test_without_baseline_no_line_has_policy_change(
+    gate: Callable[..., Run], write_jsonl: Callable[..., Path]
+) -> None:
+    run = gate(write_jsonl([TWO_OF_THREE, row()]), "--policy", EXAMPLE_POLICY)
+
+    assert [("policy_change" in line, line["owner"]) for line in run.rows] == [
+        (False, "product"),
+        (False, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        pytest.param(
+            None, "cannot read policy file {path}: No such file or directory", id="absent"
+        ),
+        pytest.param(
+            "[groups.default]\nmin_coverage = 0.5\n",
+            "policy file {path}: version: Field required",
+            id="no-version",
+        ),
+        pytest.param(b'version = "\xff"\n', "policy file {path} is not UTF-8 text", id="not-utf8"),
+    ],
+)
+def test_bad_baseline_policy_gets_the_policy_errors(
+    content: str | bytes | None,
+    error: str,
+    gate: Callable[..., Run],
+    write_jsonl: Callable[..., Path],
+    tmp_path: Path,
+) -> None:
+    """The same reading as --policy: one clear line, exit 2, nothing on stdout."""
+    path = tmp_path / "old.toml"
+    if isinstance(content, str):
+        path.write_text(content)
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    run = gate(write_jsonl([row()]), "--policy", EXAMPLE_POLICY, "--baseline-policy", path)
+
+    assert (run.code, run.out) == (2, "")
+    assert len(run.err.splitlines()) == 1
+    assert run.err.startswith("evidence-worker: configuration error: " + error.format(path=path))
+    assert "Traceback" not in run.err
+
+
+def test_attribution_result_lines_are_triaged(
+    gate: Callable[..., Run],
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+) -> None:
+    """A line with schema_version is an AttributionResult: scored, decided and triaged, with
+    ReleaseRows beside it in the same file."""
+    cited_old_id = message_dict(
+        citations=[
+            {
+                "claim_id": "refund-window",
+                "document_id": "policy/returns#window",
+                "answer_span": [0, 36],
+            },
+            {"claim_id": "refund-method", "document_id": "kb-9", "answer_span": [0, 10]},
+            {
+                "claim_id": "support-channel",
+                "document_id": "help/contact#chat",
+                "answer_span": [37, 69],
+            },
+        ]
+    )
+    run = gate(write_jsonl([cited_old_id, row()]), "--policy", EXAMPLE_POLICY)
+
+    first, second = run.rows
+    assert sorted(first) == sorted(GATE_FIELDS)
+    assert (first["case_id"], first["status"], first["contract_version"]) == (
+        "refund-001",
+        "fail",
+        "support-faq/2026-10",
+    )
+    assert first["missing_claim_ids"] == ["refund-method"]
+    assert first["findings"] == [
+        {
+            "claim_id": "refund-method",
+            "finding": "cited_document_not_retrieved",
+            "owner": "attribution",
+            "document_ids": ["kb-9"],
+            "evidence_retrieved": None,
+        }
+    ]
+    assert first["owner"] == "attribution"
+    assert (second["status"], second["owner"], second["findings"]) == ("pass", None, [])
+    assert run.code == 1
+
+
+def test_invalid_attribution_result_line_names_the_problem(
+    gate: Callable[..., Run],
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+) -> None:
+    """An AttributionResult is held to its own schema (unknown keys rejected), not ReleaseRow's."""
+    run = gate(write_jsonl([message_dict(blocking=True, colour="red")]), "--policy", EXAMPLE_POLICY)
+
+    (line,) = run.rows
+    assert (line["case_id"], line["status"], line["owner"], line["findings"]) == (
+        "refund-001",
+        "invalid",
+        "evaluation-data",
+        [],
+    )
+    assert line["reason"] == "schema: colour: Extra inputs are not permitted"
+    assert run.code == 2
+
+
+def test_attribution_result_failing_only_by_the_rule_is_release_rule(
+    gate: Callable[..., Run],
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """release-rule wins over the findings' owner (here: no citations, attribution)."""
+    baseline = policy_file(tmp_path, "old", 0.6)
+    run = gate(
+        write_jsonl([message_dict()]), "--policy", EXAMPLE_POLICY, "--baseline-policy", baseline
+    )
+
+    (line,) = run.rows
+    assert (line["status"], line["owner"]) == ("fail", "release-rule")
+    assert [f["finding"] for f in line["findings"]] == ["attribution_artifact_missing"]

@@ -7,7 +7,7 @@ import json
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,7 +261,7 @@ class Tally:
             return INVALID
         return POLICY_FAILURE if self.gating_failures else OK
 
-    def summary(self, label: str, policy: Policy | None) -> str:
+    def summary(self, label: str, policy: Policy | None, *, notes: Sequence[str] = ()) -> str:
         statuses = ", ".join(f"{name} {n}" for name, n in sorted(self.statuses.items()))
         parts = [f"{label}: {self.total} rows: {statuses or 'none'}"]
         if self.rejected:
@@ -276,5 +276,6 @@ class Tally:
                 f" ({self.drift_alerts} new alert{'s' * (self.drift_alerts != 1)})"
             )
         parts.append(f"policy {policy.version}" if policy else "report-only (no policy)")
+        parts += notes
         parts.append(f"exit {self.exit_code}")
         return "; ".join(parts)

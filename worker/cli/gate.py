@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import (
@@ -12,6 +14,7 @@ from worker.cli.common import (
     add_policy_options,
     describe,
     dumps_line,
+    nonempty,
     resolve_policy,
     source_name,
 )
@@ -21,76 +24,170 @@ from worker.progress import over_input
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from contracts import Policy
+    from contracts import AttributionResult, Decision, Outcome, Policy, ReleaseRow
+
+DEFAULT_MAX_BYTES = Settings.model_fields["max_message_bytes"].default
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "gate",
         **describe(
-            "check reviewed ReleaseRows against a policy (CI release gate)",
+            "check reviewed rows against a policy (CI release gate)",
             example="gate contracts/examples/release-rows.jsonl --min-coverage 0.85",
-            details="One JSON line per row on stdout. Exit 0 when every blocking row passes, "
+            details="Rows are ReleaseRows, or AttributionResults (a line with schema_version), "
+            "which are triaged: missing claims, findings and the owner of each failure. "
+            "One JSON line per row on stdout. Exit 0 when every blocking row passes, "
             "1 when a valid blocking row is below policy, 2 when any blocking row is invalid. "
-            "Non-blocking rows are reported and never change the exit code. Needs a policy.",
+            "Non-blocking rows are reported and never change the exit code. Needs a policy. "
+            "--baseline-policy decides each row under the previous policy too: a row whose "
+            "status changed carries policy_change, and a row that fails only because the rule "
+            "moved is owned by release-rule.",
         ),
     )
     add_path(parser)
     add_policy_options(parser)
+    parser.add_argument(
+        "--baseline-policy",
+        metavar="OLD.toml",
+        type=nonempty(Path, "name the baseline policy TOML file"),
+        help="also decide each row under this policy (e.g. the released one) and mark the rows "
+        "whose status changed; never changes the exit code (default: no baseline)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.settings import read_policy_file
+
     policy = resolve_policy(args, settings, required=True)
     assert policy is not None  # required=True raises instead
+    baseline = None if args.baseline_policy is None else read_policy_file(args.baseline_policy)
     source = JsonLines(args.path)
     progress = over_input("gate", source)
     tally = Tally()
+    changed = 0
     for number, body in source:
-        row = gate_row(number, body, policy)
+        row = gate_row(
+            number, body, policy, baseline=baseline, max_bytes=settings.max_message_bytes
+        )
         print(dumps_line(row))
         tally.add(row["status"], blocking=row["blocking"])
+        changed += "policy_change" in row
         progress.tick()
     progress.finish()
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no rows")
-    print(tally.summary("gate", policy), file=sys.stderr)
+    notes = []
+    if baseline is not None:
+        rows = f"{changed} row{'s' * (changed != 1)}"
+        notes.append(f"{rows} changed status against baseline policy {baseline.version}")
+    print(tally.summary("gate", policy, notes=notes), file=sys.stderr)
     return tally.exit_code
 
 
-def gate_row(number: int, body: bytes, policy: Policy) -> dict[str, Any]:
-    """One gate line: a decision for a valid row, or an invalid row naming what is wrong."""
-    from pydantic import ValidationError
-
-    from contracts import Outcome, ReleaseRow, decide
+def gate_row(
+    number: int,
+    body: bytes,
+    policy: Policy,
+    *,
+    baseline: Policy | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> dict[str, Any]:
+    """One gate line: a triaged decision for a valid row, or an invalid row naming what is
+    wrong; with a baseline, the change of status it makes."""
+    from contracts import AttributionResult, Outcome
     from contracts.metric import score_pair
-    from contracts.policy import INVALID_OWNER
-    from worker.intake import case_id_of, describe_validation_error, not_utf8
+    from contracts.triage import release_row_triage, triage
+    from worker.intake import case_id_of
 
     try:
-        row = ReleaseRow.model_validate_json(body)
-    except ValidationError as error:
-        return {
-            "line": number,
-            "case_id": case_id_of(body),
-            "status": "invalid",
-            "value": None,
-            "score": None,
-            "reason": not_utf8(body) or describe_validation_error(error),
-            "threshold": None,
-            "policy_version": policy.version,
-            "policy_group": None,
-            "contract_version": None,
-            "blocking": None,
-            "owner": INVALID_OWNER,
-        }
+        row = _parse(body, max_bytes)
+    except InputError as error:
+        return _unreadable(number, case_id_of(body), str(error), policy)
     value, reason = score_pair(row.required_claim_ids, row.supported_claim_ids)
-    decision = decide(
-        Outcome(value=value, reason=reason),
+    outcome = Outcome(value=value, reason=reason)
+    decision = _decide(outcome, policy, row)
+    before = None if baseline is None else _decide(outcome, baseline, row)
+    # Same value, the rule moved: a failure that the baseline passed is the rule's.
+    release_rule = decision.status == "fail" and before is not None and before.status == "pass"
+    if isinstance(row, AttributionResult):
+        found = triage(row, decision, release_rule=release_rule)
+    else:
+        found = release_row_triage(
+            row.required_claim_ids, row.supported_claim_ids, decision, release_rule=release_rule
+        )
+    fields = decision.model_dump(mode="json")
+    line = {
+        "line": number,
+        "case_id": row.case_id,
+        **fields,
+        "owner": found.owner,
+        "score": fields["value"],
+        **found.model_dump(mode="json", include={"missing_claim_ids", "findings"}),
+        "contract_drift": False,
+    }
+    if before is not None and before.status != decision.status:
+        line["policy_change"] = {
+            "baseline_version": before.policy_version,
+            "baseline_status": before.status,
+            "baseline_threshold": before.threshold,
+        }
+    return line
+
+
+def _parse(body: bytes, max_bytes: int) -> ReleaseRow | AttributionResult:
+    """An AttributionResult when the line says it is one (schema_version), else a ReleaseRow."""
+    from pydantic import ValidationError
+
+    from contracts import ReleaseRow
+    from worker.intake import describe_validation_error, not_utf8, parse_message
+
+    if _is_attribution_result(body):
+        return parse_message(body, max_bytes=max_bytes)
+    try:
+        return ReleaseRow.model_validate_json(body)
+    except ValidationError as error:
+        raise InputError(not_utf8(body) or describe_validation_error(error)) from None
+
+
+def _is_attribution_result(body: bytes) -> bool:
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False  # the ReleaseRow parse says what is wrong with it
+    return isinstance(parsed, dict) and "schema_version" in parsed
+
+
+def _decide(outcome: Outcome, policy: Policy, row: ReleaseRow | AttributionResult) -> Decision:
+    from contracts import decide
+
+    return decide(
+        outcome,
         policy,
         policy_group=row.policy_group,
         blocking=row.blocking,
         contract_version=row.contract_version,
     )
-    fields = decision.model_dump(mode="json")
-    return {"line": number, "case_id": row.case_id, **fields, "score": fields["value"]}
+
+
+def _unreadable(number: int, case_id: str | None, reason: str, policy: Policy) -> dict[str, Any]:
+    from contracts.policy import INVALID_OWNER
+
+    return {
+        "line": number,
+        "case_id": case_id,
+        "status": "invalid",
+        "value": None,
+        "score": None,
+        "reason": reason,
+        "threshold": None,
+        "policy_version": policy.version,
+        "policy_group": None,
+        "contract_version": None,
+        "blocking": None,
+        "owner": INVALID_OWNER,
+        "missing_claim_ids": None,
+        "findings": [],
+        "contract_drift": False,
+    }
