@@ -115,7 +115,7 @@ def release_row_triage(
 
 
 def _claims(claim_ids: Iterable[str]) -> set[str]:
-    return {claim.strip() for claim in claim_ids}
+    return set(map(str.strip, claim_ids))
 
 
 # The findings that are about claims other than the missing ones.

@@ -107,14 +107,22 @@ def _decide(message: AttributionResult, outcome: Outcome, policy: Policy | None)
 def kept_citations(message: AttributionResult, excerpt_chars: int | None) -> list[KeptCitation]:
     """The message's citations as an attempt keeps them, each with its excerpt when
     `excerpt_chars` is set (EVIDENCE_KEEP_EXCERPTS)."""
+    # Validating init: pydantic-core checks these faster than model_construct() skips it.
+    if excerpt_chars is None:
+        return [
+            KeptCitation(
+                claim_id=citation.claim_id,
+                document_id=citation.document_id,
+                answer_span=citation.answer_span,
+            )
+            for citation in message.citations
+        ]
     return [
-        KeptCitation.model_construct(  # the message's citations are valid already
+        KeptCitation(
             claim_id=citation.claim_id,
             document_id=citation.document_id,
             answer_span=citation.answer_span,
-            excerpt=None
-            if excerpt_chars is None
-            else excerpt(message.answer, citation.answer_span, excerpt_chars),
+            excerpt=excerpt(message.answer, citation.answer_span, excerpt_chars),
         )
         for citation in message.citations
     ]
