@@ -301,7 +301,7 @@ def test_sqlite_expired_outcome_forgets_its_write_ids(tmp_path: Path) -> None:
         store.close()
 
 
-DRIFT_TABLES = ["contracts", "drifts", "conflicts_alerted"]
+DRIFT_TABLES = ["contracts", "drifts", "conflicts_alerted", "case_hashes"]
 
 
 @pytest.mark.parametrize(
@@ -310,21 +310,22 @@ DRIFT_TABLES = ["contracts", "drifts", "conflicts_alerted"]
         (1, ["writes", "ledger", *DRIFT_TABLES]),
         (2, ["ledger", *DRIFT_TABLES]),
         (3, DRIFT_TABLES),
+        (4, ["case_hashes"]),
     ],
 )
 def test_sqlite_file_of_an_earlier_version_gains_the_tables_it_lacks(
     tmp_path: Path, version: int, tables: list[str]
 ) -> None:
-    """A file of schema version 1 (no write ids), 2 (no publish ledger) or 3 (no contract
-    drift, no writes.drift) is brought up to date on open; its outcomes take write ids from
-    then on, and their writes close entries."""
+    """A file of schema version 1 (no write ids), 2 (no publish ledger), 3 (no contract
+    drift, no writes.drift) or 4 (no case index) is brought up to date on open; its outcomes
+    take write ids from then on, their writes close entries, and its cases are indexed."""
     path = tmp_path / "s.sqlite3"
     first = attempt(1)
     SQLiteStore(path).record(HASH, first, now=FIXED_NOW)
     with sqlite3.connect(path) as db:
         for table in tables:
             db.execute(f"DROP TABLE {table}")
-        if "writes" not in tables:
+        if "writes" not in tables and version < 4:
             db.execute("ALTER TABLE writes DROP COLUMN drift")
         db.execute(f"PRAGMA user_version = {version}")
 
@@ -336,8 +337,9 @@ def test_sqlite_file_of_an_earlier_version_gains_the_tables_it_lacks(
         assert recorded == again == Recorded(cache="hit", first=first)
         assert again.replayed
         with sqlite3.connect(path) as db:
-            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
             assert db.execute("SELECT COUNT(*) FROM ledger").fetchone() == (0,)
+        assert store.hashes_for_case(first.case_id or "") == [HASH]
     finally:
         store.close()
 
@@ -417,7 +419,7 @@ def test_redis_write_ids_stay_within_two_bounds_per_hash(make_redis_store: Store
     keys = cast("list[bytes]", store.client.hkeys(outcome_key(store.prefix, HASH)))
     fields = {key.decode() for key in keys}
     writes = sorted(field for field in fields if field.startswith(("w0:", "w1:")))
-    assert fields - set(writes) == {"outcome", "first", "shared", "total"}
+    assert fields - set(writes) == {"outcome", "first", "shared", "total", "since"}
     assert writes == [
         "w0:task-18:0",
         "w0:task-19:0",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
 from typing import Protocol
 
@@ -186,6 +186,19 @@ def value_json(value: float | None) -> str:
     return float.__repr__(value)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def recorded_ms(attempt: Attempt) -> int:
+    """When an attempt was recorded, in whole milliseconds since the epoch (a time without an
+    offset is UTC): what orders a case's hashes (hashes_for_case). Integer arithmetic, so
+    both stores agree to the millisecond."""
+    at = attempt.recorded_at
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (at - _EPOCH) // timedelta(milliseconds=1)
+
+
 def classify(first: Attempt, attempt: Attempt) -> CacheOutcome:
     """hit when the attempt's outcome_json() is the first's, conflict otherwise."""
     return "hit" if outcome_json(first) == outcome_json(attempt) else "conflict"
@@ -231,6 +244,13 @@ class OutcomeStore(Protocol):
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         """Every stored (input hash, first attempt), in no particular order (for the canary)."""
+        ...
+
+    def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
+        """The input hashes an attempt of this case was recorded under, newest first by when
+        the case first recorded each (ties: the greater hash first), at most `limit` (None:
+        all). The case index is written in the same call as the outcome, so a hash is listed
+        exactly when its outcome is kept (on Redis an expired one drops out with it)."""
         ...
 
     def close(self) -> None: ...

@@ -119,6 +119,9 @@ class DurableStore:
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         return self.inner.first_outcomes()
 
+    def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
+        return self.inner.hashes_for_case(case_id, limit)
+
     def alerts(self, *args: Any, **kwargs: Any) -> list[AnyAlert]:
         return self.inner.alerts(*args, **kwargs)
 

@@ -15,7 +15,9 @@ def outcome_key(prefix: str, input_hash: str) -> str:
     bound each, see RECORD_LUA): what that write found, `miss`, `hit`, `conflict` (a conflict
     alerted before) or its alert's JSON, and beside it `w0:<id>#d` when that write found
     contract drift (`1`, or the drift alert's JSON when it raised it); and one field per
-    conflict alerted, `a:<the observed outcome_json()>`, so each is raised once.
+    conflict alerted, `a:<the observed outcome_json()>`, so each is raised once; `since`, the
+    first attempt's recorded_at in milliseconds (case_key's scores start there; absent where an
+    earlier version wrote the hash).
 
     The write ids sit in the outcome's own hash so that they expire with it and go with it
     when a new first outcome starts a new history, and cost the script no key of their own.
@@ -42,6 +44,15 @@ def contract_key(prefix: str, contract_version: str | None, case_id: str | None)
     into the name: both are free text."""
     pair = json.dumps([contract_version, case_id]).encode()
     return f"{prefix}:contract:{hashlib.sha256(pair).hexdigest()}"
+
+
+def case_key(prefix: str, case_id: str) -> str:
+    """SORTED SET per case ID, for `show --case` (SPEC §9, looking a row up): member every
+    input hash an attempt of that case was recorded under, score the time (milliseconds since
+    the epoch, the attempt's recorded_at) that case first recorded it in the hash's current
+    history (RECORD_LUA). The case ID is hashed into the name, as contract_key's pair is: it
+    is free text."""
+    return f"{prefix}:case:{hashlib.sha256(json.dumps(case_id).encode()).hexdigest()}"
 
 
 def alerts_key(prefix: str) -> str:

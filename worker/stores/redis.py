@@ -18,10 +18,18 @@ from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS, REDIS_URL_HINT, masked_url
 from worker.stores.attempts import DRIFTED_TAIL, Expander, drifted, script_args
-from worker.stores.base import ALERT_CLOCK_MARGIN, DeadLetter, History, Recorded, newest_since
+from worker.stores.base import (
+    ALERT_CLOCK_MARGIN,
+    DeadLetter,
+    History,
+    Recorded,
+    newest_since,
+    recorded_ms,
+)
 from worker.stores.keys import (
     alerts_key,
     attempts_key,
+    case_key,
     contract_key,
     dead_letters_key,
     deliveries_key,
@@ -38,13 +46,15 @@ MAX_DEAD_LETTERS = 10_000
 DELIVERY_COUNT_TTL_SECONDS = 86_400
 SCAN_BATCH = 500
 ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in time
+CASE_PAGE = 500  # a case index's members per ZREVRANGE (hashes_for_case)
 
 # KEYS: the alert stream, the publish ledger, then the outcome hash, attempts list, ledger task
-# hash and contract hash (keys.contract_key) of each attempt in turn.
+# hash, contract hash (keys.contract_key) and case index (keys.case_key) of each attempt in turn.
 # ARGV: attempt bound, ttl (0: none), alert stream bound, the time as JSON (an alert's
 # raised_at), the drifted tail (attempts.DRIFTED_TAIL), then per attempt its script_args()
 # (case ID, task ID and time as JSON values, outcome_json(), outcome_members(), shared_head(),
-# drift_tail(), contract version as JSON, required_set_json()) and its write id ('' for none).
+# drift_tail(), contract version as JSON, required_set_json()), its write id ('' for none) and
+# its recorded_at in milliseconds (base.recorded_ms()).
 # Returns, per attempt, {cache, first attempt JSON ('' on a miss), replayed ('' or '1'),
 # alert ('', 'new' for a conflict alerted now, or a replayed write's alert JSON), drift ('':
 # none, '1': drift seen before, or the drift alert's JSON when this write raised it)}.
@@ -65,6 +75,11 @@ ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in ti
 # Write ids (keys.outcome_key): attempt number n belongs to generation (n - 1) // bound, kept
 # as field prefix w0: or w1: by its parity; as a generation starts, the one two before it is
 # dropped, so the ids of at least the newest `bound` attempts are known.
+# The case index (keys.case_key): an attempt with a case ID adds its hash with its time, unless
+# the case already holds the hash at or after the outcome's `since` (the first attempt's time):
+# a score from before it belongs to a history that expired, and is replaced. With a TTL, an
+# index that took a new score expires with its newest outcome, and drops scores older than the
+# TTL: their outcomes have expired (a score is never older than its history's first attempt).
 # A write id closes its publish ledger entry (keys.ledger_key) after the attempt's writes,
 # replayed or not: deleting is allowed at maxmemory, so it must not come before a write that
 # could fail, or a message not yet recorded would lose its entry.
@@ -120,18 +135,30 @@ local function drift(contract_key, required, input_hash, case_id, task_id, contr
   return alert
 end
 
-for i = 1, (#KEYS - 2) / 4 do
-  local base = 2 + 4 * (i - 1)
+-- Index the hash under its case at `ms` (see above); `since`: the outcome's, 0 when unknown.
+local function index(case_key, input_hash, ms, since)
+  local kept = tonumber(redis.call('ZSCORE', case_key, input_hash))
+  if kept and kept >= since then return end
+  redis.call('ZADD', case_key, ms, input_hash)
+  if ttl > 0 then
+    redis.call('ZREMRANGEBYSCORE', case_key, '-inf', '(' .. (ms - ttl * 1000))
+    redis.call('EXPIRE', case_key, ttl)
+  end
+end
+
+for i = 1, (#KEYS - 2) / 5 do
+  local base = 2 + 5 * (i - 1)
   local outcome_key, attempts_key = KEYS[base + 1], KEYS[base + 2]
-  local task_key, contract_key = KEYS[base + 3], KEYS[base + 4]
-  local at = 5 + 10 * (i - 1)
+  local task_key, contract_key, case_key = KEYS[base + 3], KEYS[base + 4], KEYS[base + 5]
+  local at = 5 + 11 * (i - 1)
   local case_id, task_id, recorded_at = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local outcome, outcome_members, head = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
   local tail, contract_version, required = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9]
-  local write = ARGV[at + 10]
+  local write, ms = ARGV[at + 10], tonumber(ARGV[at + 11])
   local input_hash = string.match(outcome_key, '{([^{}]*)}:outcome$')
   local stored = redis.call('HMGET', outcome_key, 'outcome', 'shared', 'first', 'total',
-    'w0:' .. write, 'w1:' .. write, 'w0:' .. write .. '#d', 'w1:' .. write .. '#d')
+    'w0:' .. write, 'w1:' .. write, 'w0:' .. write .. '#d', 'w1:' .. write .. '#d', 'since')
+  local since = tonumber(stored[9]) or 0
   local found = write ~= '' and (stored[5] or stored[6])
   if found then
     local drifted = stored[7] or stored[8] or ''
@@ -181,7 +208,8 @@ for i = 1, (#KEYS - 2) / 4 do
     else
       local first = whole(case_id, task_id, recorded_at, outcome_members, shared)
       redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
-        'total', 1)
+        'total', 1, 'since', ms)
+      since = ms
       if write ~= '' then
         redis.call('HSET', outcome_key, 'w0:' .. write, 'miss')
         if drifted ~= '' then redis.call('HSET', outcome_key, 'w0:' .. write .. '#d', drifted) end
@@ -192,6 +220,7 @@ for i = 1, (#KEYS - 2) / 4 do
     end
     redis.call('RPUSH', attempts_key, entry .. ']')
     redis.call('LTRIM', attempts_key, -bound, -1)
+    if case_id ~= 'null' then index(case_key, input_hash, ms, since) end
     if cache == 'miss' and ttl > 0 then
       redis.call('EXPIRE', outcome_key, ttl)
       redis.call('EXPIRE', attempts_key, ttl)
@@ -309,9 +338,11 @@ class RedisStore(RedisLedger):
                     attempts_key(self.prefix, input_hash),
                     ledger_task_key(self.prefix, task_and_position(write_id or "")[0]),
                     contract_key(self.prefix, attempt.contract_version, attempt.case_id),
+                    # No case ID: a key the script does not touch (it is given one per attempt).
+                    case_key(self.prefix, attempt.case_id or ""),
                 )
                 args += script_args(attempt)
-                args.append(write_id or "")
+                args += (write_id or "", recorded_ms(attempt))
             calls.append((keys, args))
         replies = [
             reply for chunk in self._call(lambda: self._run_scripts(calls)) for reply in chunk
@@ -424,6 +455,38 @@ class RedisStore(RedisLedger):
             total_attempts=int(total),
             expires_at=expires_at,
         )
+
+    def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
+        """Read newest first a page at a time, each member checked against its outcome in one
+        more round trip: gone (expired) or older than its `since` (indexed in a history that
+        expired, the hash recorded again since by other cases only), it is left out."""
+        key = case_key(self.prefix, case_id)
+        page = min(limit or CASE_PAGE, CASE_PAGE)
+        found: list[str] = []
+        start = 0
+        while limit is None or len(found) < limit:
+
+            def read(start: int = start) -> list[tuple[bytes, float]]:
+                members = self.client.zrevrange(key, start, start + page - 1, withscores=True)
+                return cast("list[tuple[bytes, float]]", members)
+
+            members = self._call(read)
+            if not members:
+                break
+
+            def check(members: list[tuple[bytes, float]] = members) -> list[Any]:
+                pipe = self.client.pipeline(transaction=False)
+                for member, _ in members:
+                    pipe.hmget(outcome_key(self.prefix, member.decode()), ["total", "since"])
+                return pipe.execute()
+
+            for (member, score), (total, since) in zip(members, self._call(check), strict=True):
+                if total is not None and score >= int(since or 0):
+                    found.append(member.decode())
+            if len(members) < page:
+                break
+            start += page
+        return found if limit is None else found[:limit]
 
     def _newest(self, stream: str, field: bytes, limit: int) -> list[bytes]:
         """The newest `limit` entries' `field`, oldest first."""

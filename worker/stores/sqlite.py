@@ -32,6 +32,7 @@ from worker.stores.base import (
     classify,
     newest_since,
     outcome_json,
+    recorded_ms,
 )
 from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
 from worker.stores.sqlite_transaction import immediate
@@ -41,8 +42,10 @@ from worker.stores.sqlite_transaction import immediate
 # version 2 adds `writes` (an empty table for a file of version 1: every write to it is new);
 # version 3 adds `ledger` (worker/stores/sqlite_ledger.py), empty as a file is migrated;
 # version 4 adds `contracts`, `drifts`, `conflicts_alerted` (empty as a file is migrated: every
-# conflict alerted before is alerted once more) and writes.drift (NULL in rows from before).
-SCHEMA_VERSION = 4
+# conflict alerted before is alerted once more) and writes.drift (NULL in rows from before);
+# version 5 adds `case_hashes`, filled as a file is migrated from the case IDs its attempts
+# keep (CASES_FROM_ATTEMPTS).
+SCHEMA_VERSION = 5
 SCHEMA = (
     # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
     # is compared without parsing the first; NULL in rows migrated from version 0.
@@ -103,8 +106,37 @@ SCHEMA = (
         observed TEXT NOT NULL,
         PRIMARY KEY (outcome_id, observed)
     ) WITHOUT ROWID""",
+    # The case index (`show --case`): each case's hashes, with when the case first recorded
+    # each (base.recorded_ms()), written in the transaction that records the attempt.
+    """CREATE TABLE IF NOT EXISTS case_hashes (
+        case_id TEXT NOT NULL,
+        outcome_id INTEGER NOT NULL,
+        recorded_ms INTEGER NOT NULL,
+        PRIMARY KEY (outcome_id, case_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS case_hashes_newest ON case_hashes (case_id, recorded_ms)",
     *LEDGER_SCHEMA,
 )
+# A recorded_at as attempts spell it (ISO 8601) in milliseconds since the epoch, rounded to the
+# millisecond where recorded_ms() truncates: only ties between migrated rows could tell.
+_MS = (
+    "CAST(strftime('%s', {0}) AS INTEGER) * 1000 + CAST(substr(strftime('%f', {0}), 4) AS INTEGER)"
+)
+# From version 4 or earlier: every case ID kept in a first attempt or an entry (a JSON object
+# is a whole attempt, a JSON array an entry: [case ID, task ID, time, ...]). A case whose
+# attempts were all trimmed past the bound (and not the first) is not found.
+CASES_FROM_ATTEMPTS = f"""INSERT OR IGNORE INTO case_hashes (case_id, outcome_id, recorded_ms)
+    SELECT case_id, outcome_id, MIN({_MS.format("recorded_at")}) FROM (
+        SELECT id AS outcome_id, json_extract(first_attempt, '$.case_id') AS case_id,
+            json_extract(first_attempt, '$.recorded_at') AS recorded_at FROM outcomes
+        UNION ALL
+        SELECT outcome_id,
+            json_extract(attempt, CASE WHEN substr(attempt, 1, 1) = '{{' THEN '$.case_id'
+                ELSE '$[0]' END),
+            json_extract(attempt, CASE WHEN substr(attempt, 1, 1) = '{{' THEN '$.recorded_at'
+                ELSE '$[2]' END)
+        FROM attempts
+    ) WHERE case_id IS NOT NULL AND recorded_at IS NOT NULL GROUP BY case_id, outcome_id"""
 # From version 0: the same rows, attempts re-keyed; their whole-attempt entries read as before.
 MIGRATE_FROM_0 = (
     "ALTER TABLE outcomes RENAME TO outcomes_v0",
@@ -255,6 +287,8 @@ class SQLiteStore(SQLiteLedger):
             columns = {row[1] for row in db.execute("PRAGMA table_info(writes)")}
             if "drift" not in columns:  # a file of version 2 or 3
                 db.execute("ALTER TABLE writes ADD COLUMN drift TEXT")
+            if version < 5:  # (a new file has no rows: nothing to fill in)
+                db.execute(CASES_FROM_ATTEMPTS)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _has_version_0_tables(self) -> bool:
@@ -285,6 +319,7 @@ class SQLiteStore(SQLiteLedger):
         results: list[Recorded] = []
         entries: list[tuple[int, str]] = []
         writes: list[tuple[int, str, int, str, str | None]] = []
+        cases: list[tuple[str | None, int, int]] = []
         alerts: list[str] = []
         counted: set[int] = set()
         db = self._db
@@ -321,7 +356,7 @@ class SQLiteStore(SQLiteLedger):
                 if outcome is not None and outcome.expired(now):
                     # A new first outcome starts a new history. No entry of the old one is
                     # pending: an earlier item under this hash would have restarted it already.
-                    for table in ("attempts", "writes", "conflicts_alerted"):
+                    for table in ("attempts", "writes", "conflicts_alerted", "case_hashes"):
                         db.execute(f"DELETE FROM {table} WHERE outcome_id = ?", (outcome.id,))
                     known = {key: found for key, found in known.items() if key[0] != outcome.id}
                     outcome = outcomes[input_hash] = _Outcome.new(outcome.id, attempt, expires_at)
@@ -347,6 +382,7 @@ class SQLiteStore(SQLiteLedger):
                 else:
                     outcome.total += 1
                     counted.add(outcome.id)
+                    cases.append((attempt.case_id, outcome.id, recorded_ms(attempt)))
                     result = _marked(
                         self._compare(input_hash, outcome, attempt, entries, now), drift
                     )
@@ -359,6 +395,7 @@ class SQLiteStore(SQLiteLedger):
                         known[outcome.id, write_id] = (found, drift or None)
                         writes.append((outcome.id, write_id, outcome.total, found, drift or None))
                     continue
+                cases.append((attempt.case_id, outcome.id, recorded_ms(attempt)))
                 results.append(_marked(Recorded(cache="miss", first=attempt), drift))
                 entries.append((outcome.id, entry(attempt, same_outcome=True, same_shared=True)))
                 if write_id:
@@ -370,6 +407,7 @@ class SQLiteStore(SQLiteLedger):
                 writes,
                 alerts,
                 ids,
+                cases=cases,
             )
         return results
 
@@ -529,10 +567,18 @@ class SQLiteStore(SQLiteLedger):
         writes: list[tuple[int, str, int, str, str | None]],
         alerts: list[str],
         write_ids: Sequence[str | None],
+        *,
+        cases: list[tuple[str | None, int, int]],
     ) -> None:
-        """The batch's rows, and the close of its write ids' ledger entries."""
+        """The batch's rows, and the close of its write ids' ledger entries. `cases`: each
+        attempt's (case ID, outcome id, recorded_ms()); a case keeps the time it first
+        recorded the hash (in the hash's history: a new one drops the old one's rows)."""
         db = self._db
         self._close(write_ids)
+        db.executemany(
+            "INSERT OR IGNORE INTO case_hashes (case_id, outcome_id, recorded_ms) VALUES (?, ?, ?)",
+            [case for case in cases if case[0] is not None],
+        )
         db.executemany("UPDATE outcomes SET total_attempts = ? WHERE id = ?", totals)
         db.executemany("INSERT INTO attempts (outcome_id, attempt) VALUES (?, ?)", entries)
         db.executemany(
@@ -586,6 +632,16 @@ class SQLiteStore(SQLiteLedger):
             total_attempts=row[2],
             expires_at=datetime.fromisoformat(row[3]) if row[3] else None,
         )
+
+    def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
+        """As history() does, an outcome past its expiry is still listed until a new attempt
+        of its hash starts a new history (which drops every case's entry of the old one)."""
+        rows = self._db.execute(
+            "SELECT o.input_hash FROM case_hashes AS c JOIN outcomes AS o ON o.id = c.outcome_id"
+            " WHERE c.case_id = ? ORDER BY c.recorded_ms DESC, o.input_hash DESC LIMIT ?",
+            (case_id, -1 if limit is None else max(limit, 0)),  # SQLite: -1 is no limit
+        )
+        return [input_hash for (input_hash,) in rows]
 
     def alerts(
         self, limit: int = 100, *, since: datetime | None = None, kind: AlertKind | None = None
