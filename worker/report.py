@@ -2,22 +2,28 @@
 
 Pure: lines in, a typed `Report` out; rendered as text here, as HTML in `report_html`. Versions
 are never mixed in one aggregate; only valid rows enter means, min/max and histograms.
+
+Triage (SPEC §9) adds per group: rows per owner (all five), the most often missing claim IDs
+with their dominant finding, a warning when coverage can take only a few values, the policy
+thresholds, and both alert kinds. Records written before triage lack `missing_claim_ids` and
+`findings`: they are counted as such, never read as "nothing missing".
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.metric import RAGAS_ERROR_PREFIX
 from contracts.outcomes import CacheOutcome, Owner, Status
-from contracts.records import NONDETERMINISM
+from contracts.records import CONTRACT_DRIFT, NONDETERMINISM, AlertKind
 from worker.intake import describe_validation_error
 
 REJECTED_LABEL = "(rejected before scoring)"
@@ -28,7 +34,34 @@ CACHE_OUTCOMES: tuple[CacheOutcome, ...] = ("miss", "hit", "conflict")
 VALID_STATUSES = frozenset({"pass", "fail", "scored"})
 BINS = 10
 TOP_REASONS = 5
+TOP_MISSING_CLAIMS = 5
 MAX_UNREADABLE_SHOWN = 20
+# Every owner is listed, with its zero: "retrieval 0" is an answer, a missing key is not.
+OWNERS: tuple[Owner, ...] = ("attribution", "retrieval", "product", "evaluation-data")
+OWNERS += ("release-rule",)
+KIND_OF_EVENT: Final[dict[str, AlertKind]] = {
+    NONDETERMINISM: "nondeterminism",
+    CONTRACT_DRIFT: "contract_drift",
+}
+# With m required claims coverage takes m + 1 values; at m <= 2 a mean or a threshold on it
+# hides which claim is missing, which is all there is to know.
+SPARSE_MAX_REQUIRED = 2
+SPARSE_WARNING = (
+    "coverage takes at most 3 values here: a pass/fail rule with the missing IDs says more"
+)
+# SPEC §1 rule 5, the only reason a valid row can carry; records hold no required count, and
+# the reason's two numbers are plain integers, so it is read back without ambiguity (unlike
+# its missing= list, whose IDs may hold "," or ";").
+VALID_REASON = re.compile(r"supported=(\d+); required=(\d+); missing=")
+
+
+class ReportedFinding(BaseModel):
+    """The part of a finding the report reads; a finding name it does not know still counts."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    claim_id: str
+    finding: str
 
 
 class ReportedRecord(BaseModel):
@@ -51,11 +84,28 @@ class ReportedRecord(BaseModel):
     reason: str
     owner: Owner | None
     cache: CacheOutcome | None
+    # Drawn on the histogram, so held to the same range as a value.
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
+    # Absent from records written before triage (tests/fixtures/store-28e2bf7): None there
+    # means "not recorded", which a valid row written since never says.
+    missing_claim_ids: list[str] | None = None
+    findings: list[ReportedFinding] | None = None
 
     @property
     def valid_value(self) -> float | None:
         """The value when this row is valid; None for invalid rows, which are counted apart."""
         return self.value if self.status in VALID_STATUSES else None
+
+    @property
+    def is_valid(self) -> bool:
+        return self.status in VALID_STATUSES
+
+    @property
+    def required_count(self) -> int | None:
+        """How many claims were required, from a valid row's reason; None when it cannot say."""
+        if not self.is_valid or (match := VALID_REASON.match(self.reason)) is None:
+            return None
+        return int(match.group(2))
 
 
 @dataclass(frozen=True)
@@ -63,7 +113,17 @@ class OtherLine:
     """A JSON object that is not a record (a Celery log line, an alert): skipped, counted."""
 
     event: str
-    alert_hash: str | None = None
+    alert: AlertLine | None = None
+
+
+@dataclass(frozen=True)
+class AlertLine:
+    """What places an alert line: its kind, the input hash it names, and the contract version
+    when the line itself carries one (a contract_drift alert does; a nondeterminism one not)."""
+
+    kind: AlertKind
+    input_hash: str | None
+    contract_version: str | None
 
 
 class UnreadableLineError(ValueError):
@@ -98,6 +158,16 @@ class InvalidSummary(ReportModel):
     top_reasons: list[ReasonCount]
 
 
+class MissingClaim(ReportModel):
+    """A claim ID missing from `rows` rows; `finding` is the finding most often attached to it
+    in those rows (`finding_count` of them), None when none of them carries one for it."""
+
+    claim_id: str
+    rows: int
+    finding: str | None
+    finding_count: int
+
+
 class GroupReport(ReportModel):
     """One aggregate: the records of one (contract_version, policy_group)."""
 
@@ -108,20 +178,37 @@ class GroupReport(ReportModel):
     cache: dict[str, int]
     valid: ValueStats
     invalid: InvalidSummary
+    # All five owners, in OWNERS order; rows with no owner (passing, report-only) apart.
     owners: dict[str, int]
+    no_owner: int
+    missing_claims: list[MissingClaim]
+    # Valid rows written before triage: they cannot say what is missing, so they are not in
+    # missing_claims (and do not count as "nothing missing" either).
+    rows_without_triage: int
+    # The largest required count among valid rows; None when no valid row's reason gives one.
+    max_required_claims: int | None
+    sparse_coverage: bool
+    thresholds: list[float]
     policy_versions: list[PolicyVersionCount]
     mixed_policy_versions: bool
     nondeterminism_conflicts: int
+    nondeterminism_alerts: int
+    contract_drift_alerts: int
 
 
 class VersionReport(ReportModel):
-    """One contract version: its groups, and a histogram of its valid values in 10 bins."""
+    """One contract version: its groups, and a histogram of its valid values in 10 bins.
+
+    Its alert counts include alerts placed by contract version alone (no record in the file
+    carries their hash), which belong to no group.
+    """
 
     contract_version: str | None
     label: str
     records: int
     histogram: list[int]
     nondeterminism_alerts: int
+    contract_drift_alerts: int
     groups: list[GroupReport]
 
 
@@ -138,6 +225,8 @@ class Report(ReportModel):
     unreadable_lines: list[UnreadableLine]
     nondeterminism_alerts: int
     unmatched_nondeterminism_alerts: int
+    contract_drift_alerts: int
+    unmatched_contract_drift_alerts: int
     contract_versions: list[VersionReport]
 
 
@@ -156,16 +245,27 @@ def parse_line(body: bytes) -> ReportedRecord | OtherLine:
         except ValidationError as error:
             reason = describe_validation_error(error)
             raise UnreadableLineError(f"bad {event} record: {reason}") from None
-    name = event if isinstance(event, str) else "(no event)"
-    alert_hash = data.get("input_hash") if event == NONDETERMINISM else None
-    return OtherLine(name, alert_hash if isinstance(alert_hash, str) else None)
+    if not isinstance(event, str):
+        return OtherLine("(no event)")
+    kind = KIND_OF_EVENT.get(event)
+    if kind is None:
+        return OtherLine(event)
+    return OtherLine(
+        event, AlertLine(kind, _text(data, "input_hash"), _text(data, "contract_version"))
+    )
+
+
+def _text(data: dict[str, object], key: str) -> str | None:
+    """A string field of an alert line, None when absent or not a string (it only places it)."""
+    value = data.get(key)
+    return value if isinstance(value, str) else None
 
 
 def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
     """Read numbered lines (as `read_jsonl` yields them) into a report; never raises on a line."""
     records: list[ReportedRecord] = []
     skipped: Counter[str] = Counter()
-    alert_hashes: list[str | None] = []
+    alerts: list[AlertLine] = []
     unreadable: list[UnreadableLine] = []
     for number, body in lines:
         try:
@@ -177,38 +277,66 @@ def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
             records.append(parsed)
             continue
         skipped[parsed.event] += 1
-        if parsed.event == NONDETERMINISM:
-            alert_hashes.append(parsed.alert_hash)
-    versions = aggregate(records, alert_hashes)
-    matched = sum(version.nondeterminism_alerts for version in versions)
+        if parsed.alert is not None:
+            alerts.append(parsed.alert)
+    versions = aggregate(records, alerts)
+    totals = Counter(alert.kind for alert in alerts)
+    matched_nondeterminism = sum(version.nondeterminism_alerts for version in versions)
+    matched_drift = sum(version.contract_drift_alerts for version in versions)
     return Report(
         source=source,
         records=len(records),
         skipped=dict(sorted(skipped.items())),
         unreadable=len(unreadable),
         unreadable_lines=unreadable[:MAX_UNREADABLE_SHOWN],
-        nondeterminism_alerts=len(alert_hashes),
-        unmatched_nondeterminism_alerts=len(alert_hashes) - matched,
+        nondeterminism_alerts=totals["nondeterminism"],
+        unmatched_nondeterminism_alerts=totals["nondeterminism"] - matched_nondeterminism,
+        contract_drift_alerts=totals["contract_drift"],
+        unmatched_contract_drift_alerts=totals["contract_drift"] - matched_drift,
         contract_versions=versions,
     )
 
 
-def aggregate(
-    records: Sequence[ReportedRecord], alert_hashes: Sequence[str | None] = ()
-) -> list[VersionReport]:
-    """Per contract version (sorted; rejected last), per policy group (sorted).
+Place = tuple[str | None, str | None]  # (contract_version, policy_group)
 
-    An alert names only its input hash; the hash covers the contract version, so the records
-    in the same file carrying that hash say which version the alert belongs to.
+
+def place_alerts(
+    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine]
+) -> tuple[Counter[tuple[Place, AlertKind]], Counter[tuple[str | None, AlertKind]]]:
+    """Alert counts per (group, kind) and per (contract version, kind).
+
+    An alert is placed through the record in the same file carrying its input hash (the hash
+    covers the contract version; the record names the group). A contract_drift alert whose
+    hash has no record here still names its contract version: it counts for that version,
+    under no group. An alert placed by neither is left out (the headline counts it).
     """
+    place_of_hash: dict[str, Place] = {}
+    versions = {record.contract_version for record in records}
+    for record in records:
+        if record.input_hash is not None:
+            place_of_hash.setdefault(
+                record.input_hash, (record.contract_version, record.policy_group)
+            )
+    by_group: Counter[tuple[Place, AlertKind]] = Counter()
+    by_version: Counter[tuple[str | None, AlertKind]] = Counter()
+    for alert in alerts:
+        if alert.input_hash is not None and (place := place_of_hash.get(alert.input_hash)):
+            by_group[place, alert.kind] += 1
+            by_version[place[0], alert.kind] += 1
+        elif alert.contract_version is not None and alert.contract_version in versions:
+            by_version[alert.contract_version, alert.kind] += 1
+    return by_group, by_version
+
+
+def aggregate(
+    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine] = ()
+) -> list[VersionReport]:
+    """Per contract version (sorted; rejected last), per policy group (sorted)."""
     by_version: defaultdict[str | None, defaultdict[str | None, list[ReportedRecord]]]
     by_version = defaultdict(lambda: defaultdict(list))
-    version_of_hash: dict[str, str | None] = {}
     for record in records:
         by_version[record.contract_version][record.policy_group].append(record)
-        if record.input_hash is not None:
-            version_of_hash.setdefault(record.input_hash, record.contract_version)
-    alerts = Counter(version_of_hash[h] for h in alert_hashes if h in version_of_hash)
+    by_group, alerts_by_version = place_alerts(records, alerts)
     return [
         VersionReport(
             contract_version=version,
@@ -217,9 +345,16 @@ def aggregate(
             histogram=histogram(
                 [r.valid_value for rows in by_version[version].values() for r in rows]
             ),
-            nondeterminism_alerts=alerts[version],
+            nondeterminism_alerts=alerts_by_version[version, "nondeterminism"],
+            contract_drift_alerts=alerts_by_version[version, "contract_drift"],
             groups=[
-                summarize_group(version, group, by_version[version][group])
+                summarize_group(
+                    version,
+                    group,
+                    by_version[version][group],
+                    nondeterminism_alerts=by_group[(version, group), "nondeterminism"],
+                    contract_drift_alerts=by_group[(version, group), "contract_drift"],
+                )
                 for group in sorted(by_version[version], key=_none_last)
             ],
         )
@@ -232,14 +367,21 @@ def _none_last(name: str | None) -> tuple[bool, str]:
 
 
 def summarize_group(
-    contract_version: str | None, policy_group: str | None, records: Sequence[ReportedRecord]
+    contract_version: str | None,
+    policy_group: str | None,
+    records: Sequence[ReportedRecord],
+    *,
+    nondeterminism_alerts: int = 0,
+    contract_drift_alerts: int = 0,
 ) -> GroupReport:
-    """Counts, valid-only statistics, invalid reasons, owners and policy versions of a group."""
+    """Counts, valid-only statistics, invalid reasons, triage and policy versions of a group."""
     statuses = Counter(record.status for record in records)
     cache = Counter(record.cache for record in records if record.cache is not None)
     owners = Counter(record.owner for record in records if record.owner is not None)
     policies = Counter(record.policy_version for record in records)
     invalid = [record for record in records if record.status == "invalid"]
+    valid = [record for record in records if record.is_valid]
+    max_required = max_required_claims(valid)
     return GroupReport(
         contract_version=contract_version,
         policy_group=policy_group,
@@ -248,14 +390,70 @@ def summarize_group(
         cache={outcome: cache[outcome] for outcome in CACHE_OUTCOMES},
         valid=value_stats([v for r in records if (v := r.valid_value) is not None]),
         invalid=InvalidSummary(count=len(invalid), top_reasons=top_reasons(invalid)),
-        owners=dict(sorted(owners.items())),
+        owners={owner: owners[owner] for owner in OWNERS},
+        no_owner=sum(record.owner is None for record in records),
+        missing_claims=top_missing_claims(records),
+        rows_without_triage=sum(record.missing_claim_ids is None for record in valid),
+        max_required_claims=max_required,
+        sparse_coverage=max_required is not None and max_required <= SPARSE_MAX_REQUIRED,
+        thresholds=sorted({r.threshold for r in records if r.threshold is not None}),
         policy_versions=[
             PolicyVersionCount(policy_version=version, count=count)
             for version, count in sorted(policies.items(), key=lambda item: _none_last(item[0]))
         ],
         mixed_policy_versions=len(policies) > 1,
         nondeterminism_conflicts=cache["conflict"],
+        nondeterminism_alerts=nondeterminism_alerts,
+        contract_drift_alerts=contract_drift_alerts,
     )
+
+
+def max_required_claims(valid: Sequence[ReportedRecord]) -> int | None:
+    """The largest required count of the valid rows; None when any of them cannot say.
+
+    One row whose count is unknown could have three claims, so "all rows have at most two"
+    would not be known: no count, no warning.
+    """
+    counts = [record.required_count for record in valid]
+    if not counts or None in counts:
+        return None
+    return max(count for count in counts if count is not None)
+
+
+def top_missing_claims(
+    records: Sequence[ReportedRecord], limit: int = TOP_MISSING_CLAIMS
+) -> list[MissingClaim]:
+    """The claim IDs missing from most rows, each with its dominant finding.
+
+    A claim's dominant finding is the finding name most often attached to that claim ID in
+    the rows where it is missing; ties go to the first name in sorted order, and claims with
+    the same row count to the first ID, so the same records give the same report. Only rows
+    that carry `missing_claim_ids` count: the reason's missing= list is not split, since IDs
+    may hold ",".
+    """
+    rows: Counter[str] = Counter()
+    findings: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for record in records:
+        if record.missing_claim_ids is None:
+            continue
+        missing = set(record.missing_claim_ids)
+        rows.update(missing)
+        for finding in record.findings or ():
+            if finding.claim_id in missing:
+                findings[finding.claim_id][finding.finding] += 1
+    ranked = sorted(rows.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return [
+        MissingClaim(claim_id=claim_id, rows=count, **dominant(findings[claim_id]))
+        for claim_id, count in ranked
+    ]
+
+
+def dominant(counts: Counter[str]) -> dict[str, str | int | None]:
+    """The most frequent name with its count (ties: the first name); None, 0 when empty."""
+    if not counts:
+        return {"finding": None, "finding_count": 0}
+    name, count = min(counts.items(), key=lambda item: (-item[1], item[0]))
+    return {"finding": name, "finding_count": count}
 
 
 def value_stats(values: Sequence[float]) -> ValueStats:
@@ -291,6 +489,11 @@ def policy_label(version: str | None) -> str:
     return REPORT_ONLY_LABEL if version is None else version
 
 
+def threshold_label(threshold: float) -> str:
+    """'threshold 0.85': the digits the policy gave (shortest repr), 1 as '1.0'."""
+    return f"threshold {threshold!r}"
+
+
 COLUMNS: tuple[str, ...] = ("group", "rows", "pass", "fail", "scored", "invalid", "valid")
 COLUMNS += ("mean", "min", "max", "miss", "hit", "conflict", "policy")
 
@@ -308,18 +511,40 @@ def group_row(group: GroupReport) -> list[str]:
     ]
 
 
+def _alerts_clause(kind: str, total: int, unmatched: int) -> str:
+    return f"{kind} alerts {total}" + (
+        f" ({unmatched} with no record in this file)" if unmatched else ""
+    )
+
+
 def headline(report: Report) -> str:
-    """What was read: records, skipped lines by event, unreadable lines, alerts."""
+    """What was read: records, skipped lines by event, unreadable lines, alerts of both kinds."""
     skipped = ", ".join(f"{event} {n}" for event, n in report.skipped.items())
-    unmatched = report.unmatched_nondeterminism_alerts
     return "; ".join(
         [
             f"{report.source}: records {report.records}",
             f"skipped lines {sum(report.skipped.values())}" + (f" ({skipped})" if skipped else ""),
             f"unreadable lines {report.unreadable}",
-            f"nondeterminism alerts {report.nondeterminism_alerts}"
-            + (f" ({unmatched} with no record in this file)" if unmatched else ""),
+            _alerts_clause(
+                "nondeterminism",
+                report.nondeterminism_alerts,
+                report.unmatched_nondeterminism_alerts,
+            ),
+            _alerts_clause(
+                "contract drift",
+                report.contract_drift_alerts,
+                report.unmatched_contract_drift_alerts,
+            ),
         ]
+    )
+
+
+def version_line(version: VersionReport) -> str:
+    """'contract version X: records n; nondeterminism alerts a; contract drift alerts d'."""
+    return (
+        f"contract version {version.label}: records {version.records}; "
+        f"nondeterminism alerts {version.nondeterminism_alerts}; "
+        f"contract drift alerts {version.contract_drift_alerts}"
     )
 
 
@@ -331,11 +556,52 @@ def policy_warning(group: GroupReport) -> str | None:
     return f"WARNING: {len(group.policy_versions)} policy versions in one group: {seen}"
 
 
+def sparse_warning(group: GroupReport) -> str | None:
+    """When every valid row has at most two required claims, a threshold on coverage is a
+    coarse rule: say so, and point at the missing IDs."""
+    return f"WARNING: {SPARSE_WARNING}" if group.sparse_coverage else None
+
+
+def owners_note(group: GroupReport) -> str:
+    """All five owners with their counts, then the rows routed to nobody."""
+    owners = ", ".join(f"{owner} {count}" for owner, count in group.owners.items())
+    return f"owners: {owners}; no owner {group.no_owner}"
+
+
+def finding_label(claim: MissingClaim) -> str:
+    """'not_cited (2 of 3 rows)': the dominant finding, and how dominant it is."""
+    if claim.finding is None:
+        return "no finding recorded"
+    return f"{claim.finding} ({claim.finding_count} of {claim.rows} rows)"
+
+
+def triage_note(group: GroupReport) -> str | None:
+    """Rows that cannot say what is missing (written before triage), when there are any."""
+    if not group.rows_without_triage:
+        return None
+    return (
+        f"missing claims not recorded on {group.rows_without_triage} valid rows "
+        "(written before triage)"
+    )
+
+
 def group_notes(group: GroupReport) -> list[str]:
-    """Mixed policy versions (a warning), owners, and the top invalid reasons of a group."""
-    notes = [warning] if (warning := policy_warning(group)) else []
-    if group.owners:
-        notes.append("owners: " + ", ".join(f"{k} {v}" for k, v in group.owners.items()))
+    """Warnings, owners, missing claims, alerts and the top invalid reasons of a group."""
+    notes = [w for w in (policy_warning(group), sparse_warning(group)) if w is not None]
+    notes.append(owners_note(group))
+    notes += [
+        f"missing x{claim.rows}: {claim.claim_id} (dominant finding: {finding_label(claim)})"
+        for claim in group.missing_claims
+    ]
+    if (note := triage_note(group)) is not None:
+        notes.append(note)
+    if group.thresholds:
+        notes.append(", ".join(threshold_label(t) for t in group.thresholds))
+    if group.contract_version is not None:  # rejected lines carry no hash an alert could name
+        notes.append(
+            f"alerts: nondeterminism {group.nondeterminism_alerts}, "
+            f"contract drift {group.contract_drift_alerts}"
+        )
     return notes + [f"invalid x{r.count}: {r.reason}" for r in group.invalid.top_reasons]
 
 
@@ -346,8 +612,7 @@ def render_text(report: Report) -> str:
     if (hidden := report.unreadable - len(report.unreadable_lines)) > 0:
         out.append(f"unreadable lines not shown: {hidden}")
     for version in report.contract_versions:
-        out += ["", f"contract version {version.label}: records {version.records}; "]
-        out[-1] += f"nondeterminism alerts {version.nondeterminism_alerts}"
+        out += ["", version_line(version)]
         rows = [list(COLUMNS), *(group_row(group) for group in version.groups)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         out += [

@@ -7,28 +7,43 @@ from html import escape
 from worker.report import (
     BINS,
     COLUMNS,
+    OWNERS,
     REJECTED_LABEL,
+    TOP_MISSING_CLAIMS,
     GroupReport,
     Report,
     VersionReport,
+    finding_label,
     group_label,
     group_row,
     headline,
     policy_warning,
+    sparse_warning,
+    threshold_label,
+    triage_note,
 )
 
-CHART_WIDTH, CHART_HEIGHT = 440, 220
-PLOT_LEFT, PLOT_TOP, PLOT_HEIGHT, BAR_WIDTH = 30, 20, 160, 40
+CHART_WIDTH = 440
+PLOT_LEFT, PLOT_HEIGHT, BAR_WIDTH = 30, 160, 40
+# Room above the bars for their count labels, then one line per threshold label, so that a
+# label never sits on a bar's count.
+PLOT_MARGIN, LABEL_LINE, CHART_FOOT = 20, 14, 44
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; border-top: 1px solid #ccc; padding-top: 1rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
 th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; text-align: right; }
-th:first-child, td:first-child, td:last-child { text-align: left; }
+th:first-child, td:first-child { text-align: left; }
 th { background: #f4f4f4; }
 .warning { color: #8a4b00; background: #fff4e0; padding: 0.3rem 0.5rem; }
 .bar { fill: #3b6ea8; } .axis { stroke: #888; } svg text { font-size: 11px; fill: #444; }
+.threshold-line { stroke: #c0392b; stroke-width: 2; stroke-dasharray: 5 3; }
+svg text.threshold-label { fill: #c0392b; font-weight: 600; }
+svg text.count, svg text.threshold-label { paint-order: stroke; stroke: #fff; stroke-width: 4px; }
+table.groups td:last-child, table.groups th:last-child { text-align: left; }
+td.id { font-family: ui-monospace, monospace; text-align: left; }
+.missing-claims th:nth-child(2), .missing-claims th:nth-child(4) { text-align: left; }
 code { font-size: 0.95em; }
 """
 
@@ -73,10 +88,11 @@ def _version(version: VersionReport) -> list[str]:
     heading = f"Contract version {escape(version.label)}"
     if version.contract_version is None:
         heading = "Rejected before scoring"
-    alerts = version.nondeterminism_alerts
     parts = [
         f"<section><h2>{heading}</h2>",
-        f"<p>records: {version.records}; nondeterminism alerts: {alerts}</p>",
+        f"<p>records: {version.records}; nondeterminism alerts: "
+        f"{version.nondeterminism_alerts}; contract drift alerts: "
+        f"{version.contract_drift_alerts}</p>",
     ]
     if version.contract_version is None:
         parts.append(
@@ -87,36 +103,92 @@ def _version(version: VersionReport) -> list[str]:
         parts.append(histogram_svg(version))
     parts += _group_table(version.groups)
     parts += _notes(version.groups)
+    parts += owners_table(version.groups)
+    if version.contract_version is not None:  # rejected lines never reached triage
+        parts += missing_claims_table(version.groups)
+    parts += invalid_reasons(version.groups)
     parts.append("</section>")
     return parts
 
 
+def thresholds_of(version: VersionReport) -> dict[float, list[str]]:
+    """Each policy threshold seen in the version, with the groups applying it, in order."""
+    groups: dict[float, list[str]] = {}
+    for group in version.groups:
+        for threshold in group.thresholds:
+            groups.setdefault(threshold, []).append(group_label(group.policy_group))
+    return dict(sorted(groups.items()))
+
+
+def threshold_marker(
+    threshold: float, groups: list[str], *, line: int, plot_top: int, named: bool
+) -> tuple[str, str]:
+    """A dashed vertical line at the threshold's position on the value axis, and its label
+    above the plot on a line of its own; the groups are named when the version has several.
+
+    Returned apart: every label is drawn after every line, so no line runs over a label.
+    """
+    x = PLOT_LEFT + threshold * BINS * BAR_WIDTH
+    text = threshold_label(threshold) + (f" ({', '.join(groups)})" if named else "")
+    # Near an end of the axis the label grows inwards, so it stays inside the chart.
+    anchor = "end" if threshold > 0.75 else "start" if threshold < 0.25 else "middle"
+    label_y = (line + 1) * LABEL_LINE
+    data = f'data-threshold="{threshold!r}"'
+    title = f"{threshold_label(threshold)}: groups {', '.join(groups)}"
+    return (
+        f'<line class="threshold-line" {data} x1="{x:g}" y1="{label_y + 3}" x2="{x:g}" '
+        f'y2="{plot_top + PLOT_HEIGHT}"><title>{escape(title)}</title></line>',
+        f'<text class="threshold-label" {data} x="{x:g}" y="{label_y}" '
+        f'text-anchor="{anchor}">{escape(text)}</text>',
+    )
+
+
 def histogram_svg(version: VersionReport) -> str:
-    """10 bars over 0..1, heights proportional to the counts of valid values (invalid: none)."""
+    """10 bars over 0..1, heights proportional to the counts of valid values (invalid: none),
+    and the policy thresholds of its groups drawn as vertical markers (none when no policy)."""
     counts = version.histogram
     tallest = max(counts) or 1  # all-zero: every bar has height 0
-    baseline = PLOT_TOP + PLOT_HEIGHT
+    thresholds = thresholds_of(version)
+    plot_top = PLOT_MARGIN + LABEL_LINE * len(thresholds)
+    chart_height = plot_top + PLOT_HEIGHT + CHART_FOOT
+    baseline = plot_top + PLOT_HEIGHT
     label = f"Histogram of valid values for contract version {version.label}"
     shapes = [
         f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{CHART_WIDTH}" '
-        f'height="{CHART_HEIGHT}" viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" '
+        f'height="{chart_height}" viewBox="0 0 {CHART_WIDTH} {chart_height}" '
         f'class="histogram" data-contract-version="{escape(version.label)}">',
         f"<title>{escape(label)}</title>",
         f'<line class="axis" x1="{PLOT_LEFT}" y1="{baseline}" '
         f'x2="{PLOT_LEFT + BINS * BAR_WIDTH}" y2="{baseline}"/>',
     ]
+    bars, labels = [], []
     for index, count in enumerate(counts):
         x = PLOT_LEFT + index * BAR_WIDTH
         height = round(PLOT_HEIGHT * count / tallest, 2)
         low, high = index / BINS, (index + 1) / BINS
         upper = "≤" if index == BINS - 1 else "<"
-        shapes += [
+        bars.append(
             f'<rect class="bar" x="{x + 2}" y="{baseline - height}" width="{BAR_WIDTH - 4}" '
             f'height="{height}" data-count="{count}">'
-            f"<title>{low:.1f} ≤ value {upper} {high:.1f}: {count} valid rows</title></rect>",
-            f'<text x="{x + BAR_WIDTH / 2}" y="{baseline - height - 4}" '
-            f'text-anchor="middle">{count}</text>',
-        ]
+            f"<title>{low:.1f} ≤ value {upper} {high:.1f}: {count} valid rows</title></rect>"
+        )
+        labels.append(
+            f'<text class="count" x="{x + BAR_WIDTH / 2}" y="{baseline - height - 4}" '
+            f'text-anchor="middle">{count}</text>'
+        )
+    named = len(version.groups) > 1
+    # Drawn over the bars (a threshold inside a bin would hide behind its bar) and under the
+    # counts, which keep a white halo so the line never makes them unreadable.
+    # Highest threshold on the top line: labels mostly grow leftwards (anchored at their end),
+    # away from the lines of the higher thresholds above them.
+    markers = [
+        threshold_marker(threshold, groups, line=i, plot_top=plot_top, named=named)
+        for i, (threshold, groups) in enumerate(reversed(thresholds.items()))
+    ]
+    shapes += bars
+    shapes += [line for line, _ in markers]
+    shapes += labels
+    shapes += [label for _, label in markers]
     shapes += [
         f'<text x="{PLOT_LEFT + i * BAR_WIDTH * BINS / 2}" y="{baseline + 16}" '
         f'text-anchor="middle">{i / 2:.1f}</text>'
@@ -136,7 +208,7 @@ def _group_table(groups: list[GroupReport]) -> list[str]:
         for group in groups
     ]
     return [
-        "<table>",
+        '<table class="groups">',
         f"<thead><tr>{header}</tr></thead>",
         "<tbody>",
         *rows,
@@ -145,22 +217,87 @@ def _group_table(groups: list[GroupReport]) -> list[str]:
     ]
 
 
+def _table(header: list[str], rows: list[list[str]], css: str) -> list[str]:
+    """A table of cells already rendered by `_td` (so escaped), under an escaped header."""
+    head = "".join(f"<th>{escape(cell)}</th>" for cell in header)
+    return [
+        f'<table class="{css}">',
+        f"<thead><tr>{head}</tr></thead>",
+        "<tbody>",
+        *("<tr>" + "".join(row) + "</tr>" for row in rows),
+        "</tbody>",
+        "</table>",
+    ]
+
+
+def _td(text: str | int, css: str = "") -> str:
+    attribute = f' class="{css}"' if css else ""
+    return f"<td{attribute}>{escape(str(text))}</td>"
+
+
+def owners_table(groups: list[GroupReport]) -> list[str]:
+    """Rows per owner per group, all five owners always shown, and the rows with no owner."""
+    rows = [
+        [
+            _td(group_label(group.policy_group)),
+            *(_td(group.owners[owner]) for owner in OWNERS),
+            _td(group.no_owner),
+        ]
+        for group in groups
+    ]
+    header = ["group", *OWNERS, "no owner"]
+    return ["<h3>Rows per owner</h3>", *_table(header, rows, "owners")]
+
+
+def missing_claims_table(groups: list[GroupReport]) -> list[str]:
+    """The most often missing claim IDs per group with their dominant finding."""
+    rows = [
+        [
+            _td(group_label(group.policy_group)),
+            _td(claim.claim_id, "id"),
+            _td(claim.rows),
+            _td(finding_label(claim), "id"),
+        ]
+        for group in groups
+        for claim in group.missing_claims
+    ]
+    notes = [
+        f"<p>Group {escape(group_label(group.policy_group))}: {escape(note)}.</p>"
+        for group in groups
+        if (note := triage_note(group)) is not None
+    ]
+    header = ["group", "claim ID", "rows missing it", "dominant finding"]
+    table = _table(header, rows, "missing-claims")
+    heading = f"<h3>Most often missing claims (top {TOP_MISSING_CLAIMS} per group)</h3>"
+    return [heading, *(table if rows else ["<p>None.</p>"]), *notes]
+
+
 def _notes(groups: list[GroupReport]) -> list[str]:
-    """Mixed policy versions stand out as warnings; invalid reasons form one list per version."""
+    """Warnings stand out; alerts per group; invalid reasons form one list per version."""
     parts = []
     for group in groups:
         name = escape(group_label(group.policy_group))
-        if warning := policy_warning(group):
-            parts.append(f'<p class="warning">Group {name}: {escape(warning)}</p>')
-        if group.owners:
-            owners = ", ".join(f"{escape(k)} {v}" for k, v in group.owners.items())
-            parts.append(f"<p>Group {name}, owners to route to: {owners}</p>")
+        for warning in (policy_warning(group), sparse_warning(group)):
+            if warning is not None:
+                parts.append(f'<p class="warning">Group {name}: {escape(warning)}</p>')
+    # With one group its alerts are the version's, already said under the heading.
+    if len(groups) > 1:
+        per_group = "; ".join(
+            f"{escape(group_label(g.policy_group))}: nondeterminism {g.nondeterminism_alerts}, "
+            f"contract drift {g.contract_drift_alerts}"
+            for g in groups
+        )
+        parts.append(f'<p class="alerts">Alerts per group: {per_group}</p>')
+    return parts
+
+
+def invalid_reasons(groups: list[GroupReport]) -> list[str]:
+    """The top invalid reasons of every group of a version, as one list."""
     reasons = [
         f"<li><strong>{r.count}</strong> × {escape(r.reason)} "
         f"<small>(group {escape(group_label(g.policy_group))})</small></li>"
         for g in groups
         for r in g.invalid.top_reasons
     ]
-    parts.append("<h3>Invalid reasons</h3>")
-    parts += ['<ul class="invalid-reasons">', *reasons, "</ul>"] if reasons else ["<p>None.</p>"]
-    return parts
+    listed = ['<ul class="invalid-reasons">', *reasons, "</ul>"] if reasons else ["<p>None.</p>"]
+    return ["<h3>Invalid reasons</h3>", *listed]

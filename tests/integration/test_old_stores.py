@@ -123,4 +123,10 @@ def test_report_reads_old_records(cli: Callable[..., Run]) -> None:
         for group in version["groups"]:
             for owner, count in group["owners"].items():
                 owners[owner] = owners.get(owner, 0) + count
-    assert owners == {"product": 5, "evaluation-data": 4}
+    assert owners == {
+        "attribution": 0,
+        "retrieval": 0,
+        "product": 5,
+        "evaluation-data": 4,
+        "release-rule": 0,
+    }

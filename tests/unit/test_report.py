@@ -36,7 +36,7 @@ def record(**overrides: Any) -> dict[str, Any]:
         "ragas_version": "0.4.3",
         "worker_version": "0.1.0",
         "value": 1.0,
-        "reason": "supported=2; required=2; missing=none",
+        "reason": "supported=3; required=3; missing=none",
         "status": "pass",
         "policy_group": "default",
         "policy_version": "2026-12-01",
@@ -44,6 +44,9 @@ def record(**overrides: Any) -> dict[str, Any]:
         "blocking": True,
         "owner": None,
         "cache": "miss",
+        "missing_claim_ids": [],
+        "findings": [],
+        "contract_drift": False,
         **overrides,
     }
 
@@ -53,6 +56,7 @@ def invalid(
 ) -> dict[str, Any]:
     """A metric-invalid record: no value, owned by evaluation-data."""
     fields = {"value": None, "status": "invalid", "owner": "evaluation-data"}
+    fields |= {"missing_claim_ids": None, "threshold": None}
     return record(reason=PREFIX + reason, **{**fields, **overrides})
 
 
@@ -70,6 +74,7 @@ def rejected(**overrides: Any) -> dict[str, Any]:
         blocking=None,
         owner="evaluation-data",
         cache=None,
+        missing_claim_ids=None,
         **overrides,
     )
 
@@ -258,10 +263,18 @@ def test_cache_outcomes_and_conflicts_are_counted() -> None:
 
 
 def test_owners_are_counted_and_unrouted_rows_left_out() -> None:
-    """Owners are counted per group; passing rows have no owner and are not counted."""
+    """Owners are counted per group; passing rows have no owner and are counted apart."""
     report = report_of(record(), record(value=0.5, status="fail", owner="product"), invalid())
 
-    assert group(report, FAQ, "default").owners == {"evaluation-data": 1, "product": 1}
+    summary = group(report, FAQ, "default")
+    assert summary.owners == {
+        "attribution": 0,
+        "retrieval": 0,
+        "product": 1,
+        "evaluation-data": 1,
+        "release-rule": 0,
+    }
+    assert summary.no_owner == 1
 
 
 def test_histogram_bins_valid_values_only() -> None:
@@ -402,16 +415,18 @@ def test_cli_prints_a_table_per_contract_version(
     assert out[0] == (
         f"report: {records_file}: records 5; skipped lines 2 "
         "(Connected to redis://localhost:6379/0 1, evidence_coverage.nondeterminism 1); "
-        "unreadable lines 1; nondeterminism alerts 1"
+        "unreadable lines 1; nondeterminism alerts 1; contract drift alerts 0"
     )
     assert out[1] == (
         "unreadable line 8: invalid JSON: "
         "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
     )
-    assert f"contract version {FAQ}: records 3; nondeterminism alerts 1" in out
-    assert f"contract version {PAYMENTS}: records 1; nondeterminism alerts 0" in out
-    assert "contract version (rejected before scoring): records 1; nondeterminism alerts 0" in out
-    faq_row = out[out.index(f"contract version {FAQ}: records 3; nondeterminism alerts 1") + 2]
+    alerts = "nondeterminism alerts {}; contract drift alerts 0"
+    faq_line = f"contract version {FAQ}: records 3; " + alerts.format(1)
+    assert faq_line in out
+    assert f"contract version {PAYMENTS}: records 1; " + alerts.format(0) in out
+    assert "contract version (rejected before scoring): records 1; " + alerts.format(0) in out
+    faq_row = out[out.index(faq_line) + 2]
     assert faq_row.split() == [
         "default",
         "3",
@@ -452,10 +467,24 @@ def test_cli_json_prints_one_object_of_exact_structure(
             "count": 1,
             "top_reasons": [{"reason": "required_claim_ids must not be empty", "count": 1}],
         },
-        "owners": {"evaluation-data": 1, "product": 1},
+        "owners": {
+            "attribution": 0,
+            "retrieval": 0,
+            "product": 1,
+            "evaluation-data": 1,
+            "release-rule": 0,
+        },
+        "no_owner": 0,
+        "missing_claims": [],
+        "rows_without_triage": 0,
+        "max_required_claims": 3,
+        "sparse_coverage": False,
+        "thresholds": [0.85],
         "policy_versions": [{"policy_version": "2026-12-01", "count": 2}],
         "mixed_policy_versions": False,
         "nondeterminism_conflicts": 0,
+        "nondeterminism_alerts": 0,
+        "contract_drift_alerts": 0,
     }
     rejected_group = {
         "contract_version": None,
@@ -468,10 +497,24 @@ def test_cli_json_prints_one_object_of_exact_structure(
             "count": 1,
             "top_reasons": [{"reason": "schema: answer: Field required", "count": 1}],
         },
-        "owners": {"evaluation-data": 1},
+        "owners": {
+            "attribution": 0,
+            "retrieval": 0,
+            "product": 0,
+            "evaluation-data": 1,
+            "release-rule": 0,
+        },
+        "no_owner": 0,
+        "missing_claims": [],
+        "rows_without_triage": 0,
+        "max_required_claims": None,
+        "sparse_coverage": False,
+        "thresholds": [],
         "policy_versions": [{"policy_version": "2026-12-01", "count": 1}],
         "mixed_policy_versions": False,
         "nondeterminism_conflicts": 0,
+        "nondeterminism_alerts": 0,
+        "contract_drift_alerts": 0,
     }
     assert json.loads(run.out) == {
         "source": str(path),
@@ -481,6 +524,8 @@ def test_cli_json_prints_one_object_of_exact_structure(
         "unreadable_lines": [],
         "nondeterminism_alerts": 0,
         "unmatched_nondeterminism_alerts": 0,
+        "contract_drift_alerts": 0,
+        "unmatched_contract_drift_alerts": 0,
         "contract_versions": [
             {
                 "contract_version": FAQ,
@@ -488,6 +533,7 @@ def test_cli_json_prints_one_object_of_exact_structure(
                 "records": 2,
                 "histogram": [0, 0, 0, 0, 0, 1, 0, 0, 0, 0],
                 "nondeterminism_alerts": 0,
+                "contract_drift_alerts": 0,
                 "groups": [faq_default],
             },
             {
@@ -496,6 +542,7 @@ def test_cli_json_prints_one_object_of_exact_structure(
                 "records": 1,
                 "histogram": [0] * 10,
                 "nondeterminism_alerts": 0,
+                "contract_drift_alerts": 0,
                 "groups": [rejected_group],
             },
         ],
