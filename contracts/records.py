@@ -36,7 +36,8 @@ class Attempt(Record):
 
     The triage fields (SPEC §9) are this attempt's own: its findings over its own citations,
     its owner under the worker's policy. Attempts stored before triage existed read with
-    `citations`, `missing_claim_ids` and `findings` None ("not kept"), `owner` None.
+    `citations`, `missing_claim_ids` and `findings` None ("not kept"), `owner` None; those
+    stored before `explain` existed with `retrieved_document_ids` and `policy_group` None.
     """
 
     case_id: str | None
@@ -54,6 +55,9 @@ class Attempt(Record):
     citations: list[KeptCitation] | None = None
     missing_claim_ids: list[str] | None = None
     findings: list[Finding] | None = None
+    # The contexts' document IDs in rank order, each once: what `explain` says was retrieved.
+    retrieved_document_ids: list[str] | None = None
+    policy_group: str | None = None  # the message's: `explain` decides the row under it
     contract_drift: bool = False
     owner: Owner | None = None
 

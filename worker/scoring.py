@@ -146,6 +146,8 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
         citations=kept_citations(message, excerpt_chars),
         missing_claim_ids=found.missing_claim_ids,
         findings=found.findings,
+        retrieved_document_ids=list(dict.fromkeys(c.document_id for c in message.contexts)),
+        policy_group=message.policy_group,
         owner=found.owner,
     )
 

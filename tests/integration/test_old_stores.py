@@ -130,3 +130,44 @@ def test_report_reads_old_records(cli: Callable[..., Run]) -> None:
         "evaluation-data": 4,
         "release-rule": 0,
     }
+
+
+def test_old_cases_are_found_on_sqlite_and_on_redis_once_recorded_again(
+    cli: Callable[..., Run], old_store: str
+) -> None:
+    """A SQLite file is indexed from its attempts as it is migrated; Redis keeps no index of
+    what was recorded before it existed, so a case is found there once its hash is recorded
+    again (README: looking a row up)."""
+    before = cli("show", "--case", "refund-002-retry", "--store", old_store)
+    cli("score", OLD / "run.jsonl", "--store", old_store, "--policy", POLICY)
+    after = cli("show", "--case", "refund-002-retry", "--store", old_store)
+
+    retry_hash = "f4a60bffff38ff313c11ab8913e01295481e46a154e779215d15bb8a87825a44"
+    if old_store.startswith("sqlite"):
+        assert before.code == 0, before.err
+        assert [history["input_hash"] for history in json.loads(before.out)] == [retry_hash]
+    else:
+        assert (before.code, before.err) == (
+            2,
+            "evidence-worker: no input hash recorded for case refund-002-retry\n",
+        )
+    assert [history["input_hash"] for history in json.loads(after.out)] == [retry_hash]
+
+
+def test_explain_says_what_an_old_attempt_does_not_keep(
+    cli: Callable[..., Run], old_store: str
+) -> None:
+    retry_hash = "f4a60bffff38ff313c11ab8913e01295481e46a154e779215d15bb8a87825a44"
+
+    run = cli("explain", retry_hash, "--store", old_store, "--policy", POLICY)
+
+    assert run.code == 3  # its attempts disagree: the nondeterminism the fixture holds
+    lines = run.out.splitlines()
+    assert lines[0] == "case: refund-002 (also recorded for: refund-002-rerun, refund-002-retry)"
+    assert lines[2] == "contract version: not kept by this store"
+    assert lines[6:9] == [
+        "status: fail under policy 2026-12-01, group default, threshold 0.85 (no group kept"
+        " by this attempt: default assumed)",
+        "owner: not known: recorded before findings were kept (score the message again)",
+        "missing claims: refund-method (no findings kept by this store: recorded before triage)",
+    ]

@@ -288,7 +288,8 @@ CASES: dict[str, Case] = {
     "show malformed hash": Case(
         ["show", "abc", "--store", "sqlite:///empty.db"],
         f"{PROG}: no outcome recorded for input hash abc (an input hash is 64 lowercase hex "
-        "digits, as in a record's input_hash)",
+        "digits, as in a record's input_hash; to look a row up by its case ID: "
+        f"{PROG} show --case CASE_ID)",
     ),
     "show store is not SQLite": Case(
         ["show", HASH, "--store", "sqlite:///not-a-db.txt"],
@@ -300,7 +301,7 @@ CASES: dict[str, Case] = {
         f"{REDIS_HINT}",
     ),
     "show without HASH": Case(
-        ["show"], usage("show", "the following arguments are required: HASH"), usage=True
+        ["show"], usage("show", "one of the arguments HASH --case is required"), usage=True
     ),
     "alerts missing store": Case(["alerts", "--store", "sqlite:///missing.db"], NO_STORE),
     "alerts --limit 0": Case(

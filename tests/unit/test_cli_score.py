@@ -340,13 +340,18 @@ def test_show_lists_both_attempts_with_first_unchanged(
 def test_show_unknown_hash_exits_2(
     score: Callable[..., Run], one_message_file: Path, cli: Callable[..., Run], store_url: str
 ) -> None:
-    """`show` for a hash never recorded in an existing store says so in one line, exits 2."""
+    """`show` for a hash never recorded in an existing store says so in one line, with what
+    a hash looks like and how to look a case up instead, and exits 2."""
     score(one_message_file)
     run = cli("show", "0" * 64, "--store", store_url)
 
     assert run.code == 2
     assert run.out == ""
-    assert run.err == f"evidence-worker: no outcome recorded for input hash {'0' * 64}\n"
+    assert run.err == (
+        f"evidence-worker: no outcome recorded for input hash {'0' * 64} (an input hash is 64"
+        " lowercase hex digits, as in a record's input_hash; to look a row up by its case ID:"
+        " evidence-worker show --case CASE_ID)\n"
+    )
 
 
 def test_alerts_lists_the_conflict_and_exits_3(
@@ -988,7 +993,7 @@ def test_bad_setting_names_its_variable(
         pytest.param(["bogus"], "argument COMMAND: invalid choice: 'bogus'", id="unknown-command"),
         pytest.param(["score"], "the following arguments are required: PATH", id="score-no-path"),
         pytest.param(["gate"], "the following arguments are required: PATH", id="gate-no-path"),
-        pytest.param(["show"], "the following arguments are required: HASH", id="show-no-hash"),
+        pytest.param(["show"], "one of the arguments HASH --case is required", id="show-no-hash"),
         pytest.param(["score", "x", "--bogus"], "unrecognized arguments: --bogus", id="bad-flag"),
     ],
 )

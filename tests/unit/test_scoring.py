@@ -404,6 +404,24 @@ def test_process_stores_the_attempt_as_received(
     )
 
 
+def test_process_keeps_what_explain_reads(message: MessageFactory, store: SQLiteStore) -> None:
+    """The attempt keeps the contexts' document IDs in rank order, each once, and the
+    message's policy group (SPEC §9, looking a row up)."""
+    contexts = [
+        {"document_id": "kb-2", "text": "a"},
+        {"document_id": "kb-1", "text": "b"},
+        {"document_id": "kb-2", "text": "c"},
+    ]
+    msg = message(contexts=contexts, policy_group="disclosure")
+
+    process(msg, store=store, policy=None, clock=clock)
+
+    history = store.history(input_hash(msg))
+    assert history is not None
+    assert history.first.retrieved_document_ids == ["kb-2", "kb-1"]
+    assert history.first.policy_group == "disclosure"
+
+
 def test_process_uses_the_clock_for_the_alert_time(
     message: MessageFactory, store: SQLiteStore
 ) -> None:

@@ -216,6 +216,11 @@ def test_a_conflict_with_other_lists_stores_what_differs() -> None:
         pytest.param(TRIAGED, id="triaged"),
         pytest.param({**TRIAGED, "contract_drift": True, "owner": "evaluation-data"}, id="drift"),
         pytest.param({"citations": [], "findings": [], "missing_claim_ids": None}, id="empty"),
+        pytest.param(
+            {"retrieved_document_ids": ['kb "1"', "ü"], "policy_group": "disclosure"},
+            id="explain-fields",
+        ),
+        pytest.param({"retrieved_document_ids": []}, id="nothing-retrieved"),
     ],
 )
 def test_every_entry_expands_to_the_attempt(changes: dict[str, Any]) -> None:
@@ -261,6 +266,9 @@ def test_a_whole_attempt_entry_reads_as_before() -> None:
         {"contract_drift": True},
         {"owner": "product"},
         {"contract_version": "support-faq/2026-10"},
+        {"retrieved_document_ids": []},
+        {"retrieved_document_ids": ["kb-1"]},
+        {"policy_group": "default"},
     ],
 )
 def test_same_shared_fields_is_equality_of_shared_json(changes: dict[str, Any]) -> None:

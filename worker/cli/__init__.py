@@ -16,6 +16,7 @@ from worker.cli import (
     alerts,
     bench,
     canary,
+    explain,
     gate,
     publish,
     reconcile,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from worker.settings import Settings
 
 Handler = Callable[[argparse.Namespace, "Settings"], int]
-MODULES = (score, gate, show, alerts, publish, reconcile, bench, report, canary, schema)
+MODULES = (score, gate, show, explain, alerts, publish, reconcile, bench, report, canary, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:

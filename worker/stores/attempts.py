@@ -44,6 +44,8 @@ SHARED_FIELDS: Final = (
     "citations",
     "missing_claim_ids",
     "findings",
+    "retrieved_document_ids",
+    "policy_group",
     "contract_drift",
     "owner",
 )
@@ -87,7 +89,9 @@ def shared_head(attempt: Attempt) -> str:
         f'"contract_version":{_text_json(attempt.contract_version)},'
         f'"citations":{_citations_json(attempt.citations)},'
         f'"missing_claim_ids":{_optional_texts_json(attempt.missing_claim_ids)},'
-        f'"findings":{_findings_json(attempt.findings)}'
+        f'"findings":{_findings_json(attempt.findings)},'
+        f'"retrieved_document_ids":{_optional_texts_json(attempt.retrieved_document_ids)},'
+        f'"policy_group":{_text_json(attempt.policy_group)}'
     )
 
 
@@ -131,6 +135,8 @@ def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
         and first.citations == attempt.citations
         and first.missing_claim_ids == attempt.missing_claim_ids
         and first.findings == attempt.findings
+        and first.retrieved_document_ids == attempt.retrieved_document_ids
+        and first.policy_group == attempt.policy_group
         and first.contract_drift == attempt.contract_drift
         and first.owner == attempt.owner
     )

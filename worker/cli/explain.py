@@ -1,0 +1,65 @@
+"""`evidence-worker explain HASH | --case CASE_ID`: one row's trail, in plain text (SPEC §9)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from worker.cli.common import add_policy_options, describe, existing_store, resolve_policy
+from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
+from worker.cli.show import add_lookup_arguments, no_hash_for_case, unknown_hash
+from worker.explain import conflicting, decision_of, explain
+from worker.settings import Settings
+from worker.stores import History, ResultStore
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "explain",
+        **describe(
+            "say in plain text why a row has its number, who owns it, what to open next",
+            example="explain --case refund-001 --policy contracts/examples/policy.toml",
+            details="Print, for a person, the first (canonical) outcome recorded for an input "
+            "hash (with --case: the newest hash recorded for that case): case, versions, value "
+            "and reason, the status under the policy (--policy or --min-coverage, else the "
+            "environment's; without one the row is not decided), the owner, and per missing "
+            "claim its finding and the artifact to open next. Exit 0, or as for the row: 1 "
+            "when it fails the policy, 2 when it is invalid or its contract drifted, 3 when "
+            "its kept attempts disagree (the highest applies).",
+        ),
+    )
+    add_lookup_arguments(parser)
+    add_policy_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    policy = resolve_policy(args, settings, required=False)
+    with existing_store(args, settings) as store:
+        history, older = _look_up(store, args)
+    sys.stdout.write(explain(history, policy, case_id=args.case, older=older))
+    first = history.first
+    decision = decision_of(first, policy)
+    if conflicting(history):
+        return NONDETERMINISM
+    if first.value is None or first.contract_drift:
+        return INVALID
+    if decision is not None and decision.status == "invalid":
+        return INVALID
+    return POLICY_FAILURE if decision is not None and decision.status == "fail" else OK
+
+
+def _look_up(store: ResultStore, args: argparse.Namespace) -> tuple[History, int]:
+    """The history asked for, and (with --case) how many older hashes the case has."""
+    if args.case is None:
+        history = store.history(args.input_hash)
+        if history is None:
+            raise unknown_hash(args.input_hash, "explain")
+        return history, 0
+    hashes = store.hashes_for_case(args.case)
+    for newest, input_hash in enumerate(hashes):
+        history = store.history(input_hash)
+        if history is not None:  # else it expired since the index was read
+            return history, len(hashes) - newest - 1
+    raise no_hash_for_case(args.case)
