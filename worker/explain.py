@@ -29,7 +29,6 @@ NEXT_ARTIFACT: Final[dict[FindingName, str]] = {
     "citation_unknown_claim": "check the contract's required claim list",
     "supported_without_citation": "check the attribution job output",
 }
-_BESIDE: Final = frozenset({"citation_unknown_claim", "supported_without_citation"})
 
 
 def group_of(first: Attempt) -> str:
@@ -160,8 +159,9 @@ def _findings(first: Attempt, decision: Decision | None) -> list[str]:
             f"missing claims: {', '.join(claims) or 'none'}"
             " (no findings kept by this store: recorded before triage)"
         ]
-    missing = [f for f in first.findings if f.finding not in _BESIDE]
-    beside = [f for f in first.findings if f.finding in _BESIDE]
+    # Triage lists the missing claims' findings first, one per missing claim (SPEC §9).
+    count = len(first.missing_claim_ids or ())
+    missing, beside = first.findings[:count], first.findings[count:]
     lines = [f"missing claims: {len(missing) or 'none'}"]
     lines += [f"  {_finding_line(f, first)}" for f in missing]
     if beside:

@@ -28,7 +28,7 @@ from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
 from contracts.records import REJECTED, SCORED, ContractDriftAlert, KeptCitation
 from contracts.triage import Triage, row_owner, triage
-from worker.intake import case_id_of
+from worker.intake import case_id_of, storable
 from worker.redaction import excerpt
 from worker.stores import OutcomeStore, Recorded
 from worker.stores.ledger import write_id as ledger_write_id
@@ -146,7 +146,12 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
         citations=kept_citations(message, excerpt_chars),
         missing_claim_ids=found.missing_claim_ids,
         findings=found.findings,
-        retrieved_document_ids=list(dict.fromkeys(c.document_id for c in message.contexts)),
+        # A context's document ID may hold a lone surrogate (a legal JSON escape): stores keep
+        # UTF-8, so it is kept as its \udXXX text.
+        retrieved_document_ids=[
+            storable(document)
+            for document in dict.fromkeys(c.document_id for c in message.contexts)
+        ],
         policy_group=message.policy_group,
         owner=found.owner,
     )

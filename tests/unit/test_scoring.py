@@ -422,6 +422,19 @@ def test_process_keeps_what_explain_reads(message: MessageFactory, store: SQLite
     assert history.first.policy_group == "disclosure"
 
 
+def test_a_retrieved_document_id_with_a_lone_surrogate_is_kept_as_its_escape(
+    message: MessageFactory, store: SQLiteStore
+) -> None:
+    """A lone surrogate is a legal JSON escape in a context's document ID; stores keep UTF-8."""
+    msg = message(contexts=[{"document_id": "kb\udbff-1", "text": "a"}])
+
+    process(msg, store=store, policy=None, clock=clock)
+
+    history = store.history(input_hash(msg))
+    assert history is not None
+    assert history.first.retrieved_document_ids == ["kb\\udbff-1"]
+
+
 def test_process_uses_the_clock_for_the_alert_time(
     message: MessageFactory, store: SQLiteStore
 ) -> None:
