@@ -1,7 +1,8 @@
 """The three near-misses of issue 13 (a parser rollout, contract drift, a moved threshold) and
 every other SPEC §9 finding, from contracts/examples/triage-rows.jsonl: through a real Celery
 worker on a real Redis, through `score` on SQLite and through `gate --baseline-policy`, each
-row ending with the owner and the findings a person would act on."""
+row ending with the owner and the findings a person would act on, and `explain` printing what
+the README's "Why did this row fail?" shows."""
 
 from __future__ import annotations
 
@@ -106,6 +107,13 @@ EXPECTED: list[tuple[str, str, str | None, bool, list[tuple[str, str, list[str]]
 ]
 
 
+def readme_explain() -> str:
+    """The README's "Why did this row fail?" output of `explain --case parser-rollout-101`."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    start = readme.index("```text\ncase: parser-rollout-101\n") + len("```text\n")
+    return readme[start : readme.index("```", start)]
+
+
 def rows() -> list[dict[str, Any]]:
     return [json.loads(line) for line in ROWS.read_text("utf-8").splitlines()]
 
@@ -166,6 +174,21 @@ def test_score_on_sqlite_names_each_rows_owner(tmp_path: Path) -> None:
     ]
     assert alerts.returncode == 2, alerts.stderr
 
+    explained = console(
+        "explain", "--case", "parser-rollout-101", "--policy", POLICY, "--store", store
+    )
+    assert (explained.stdout, explained.returncode) == (readme_explain(), 1), explained.stderr
+
+    drifted = console("explain", "--case", "refund-drift-104", "--policy", POLICY, "--store", store)
+    assert "owner: evaluation-data (contract drift: case refund-drift-104 had another" in (
+        drifted.stdout
+    )
+    assert drifted.stdout.endswith(
+        "case refund-drift-104 has 1 older input hash: evidence-worker show --case "
+        "refund-drift-104 lists them all\n"
+    )
+    assert drifted.returncode == 2, drifted.stderr
+
     again = console("score", ROWS, "--policy", POLICY, "--store", store)
     assert [json.loads(line)["event"] for line in again.stdout.splitlines()].count(
         CONTRACT_DRIFT
@@ -200,6 +223,16 @@ def test_worker_on_redis_names_each_rows_owner(
     )
     listed = [json.loads(line) for line in alerts.stdout.splitlines()]
     assert [(a["kind"], a["case_id"]) for a in listed] == [("contract_drift", "refund-drift-104")]
+
+    explained = console(
+        "explain",
+        "--case",
+        "parser-rollout-101",
+        "--store",
+        STORE_URL,
+        env={"EVIDENCE_KEY_PREFIX": key_prefix, "EVIDENCE_POLICY_FILE": str(POLICY)},
+    )  # the policy from the environment, as the worker had it
+    assert (explained.stdout, explained.returncode) == (readme_explain(), 1), explained.stderr
 
 
 def test_gate_with_the_baseline_policy_names_the_release_rule() -> None:
