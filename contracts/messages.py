@@ -74,6 +74,8 @@ class AttributionResult(ReleaseRow):
 
     @model_validator(mode="after")
     def _expected_evidence_names_required_claims(self) -> AttributionResult:
+        if not self.expected_evidence:  # as on most messages: nothing to check
+            return self
         required = {claim.strip() for claim in self.required_claim_ids}
         unknown = sorted({key.strip() for key in self.expected_evidence} - required)
         if unknown:

@@ -9,7 +9,7 @@ is not involved: triage explains its number, it never changes it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -59,10 +59,11 @@ class Finding(BaseModel):
     evidence_retrieved: bool | None = None
 
 
-class Triage(BaseModel):
-    """A row's triage: `missing_claim_ids` is None for an invalid row, whose findings are []."""
+class Triage(NamedTuple):
+    """A row's triage: `missing_claim_ids` is None for an invalid row, whose findings are [].
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    A tuple, not a model: it only carries triage()'s result to the record and the attempt,
+    once per message, and a model's validation cost more than the tuple's whole life."""
 
     missing_claim_ids: list[str] | None
     findings: list[Finding]
@@ -85,8 +86,7 @@ def triage(
     """
     if decision.status == "invalid":  # the metric's rules, or a policy group not defined
         return Triage(missing_claim_ids=None, findings=[], owner="evaluation-data")
-    findings = _findings(message)
-    missing = [f.claim_id for f in findings if f.finding not in _BESIDE]
+    missing, findings = _findings(message)
     return Triage(
         missing_claim_ids=missing,
         findings=findings,
@@ -118,58 +118,61 @@ def _claims(claim_ids: Iterable[str]) -> set[str]:
     return set(map(str.strip, claim_ids))
 
 
-# The findings that are about claims other than the missing ones.
-_BESIDE: Final = frozenset({"citation_unknown_claim", "supported_without_citation"})
-
-
-def _findings(message: AttributionResult) -> list[Finding]:
-    """The missing claims' findings in sorted claim order, then each citation of an unknown
-    claim in citation order, then each uncited supported claim in sorted order."""
-    required = _claims(message.required_claim_ids)
-    supported = _claims(message.supported_claim_ids)
-    retrieved = {context.document_id for context in message.contexts}
+def _findings(message: AttributionResult) -> tuple[list[str], list[Finding]]:
+    """The missing claim IDs (sorted) and the findings: the missing claims' in that order, then
+    each citation of an unknown claim in citation order, then each uncited supported claim
+    in sorted order. Each citation's claim ID is stripped once: this runs on every message."""
+    strip = str.strip
+    required = set(map(strip, message.required_claim_ids))
+    supported = set(map(strip, message.supported_claim_ids))
+    missing = sorted(required - supported)
+    if not message.citations:
+        return missing, [_finding(claim, "attribution_artifact_missing", []) for claim in missing]
     cited: dict[str, list[Citation]] = {}
+    unknown = []
     for citation in message.citations:
-        cited.setdefault(citation.claim_id.strip(), []).append(citation)
-    expected = {
-        claim.strip(): _unique(documents) for claim, documents in message.expected_evidence.items()
-    }
-    findings = [
-        _missing(claim, cited.get(claim, []), message, retrieved, expected.get(claim, []))
-        for claim in sorted(required - supported)
-    ]
-    findings += [
-        _finding(citation.claim_id.strip(), "citation_unknown_claim", [citation.document_id])
-        for citation in message.citations
-        if citation.claim_id.strip() not in required
-    ]
-    if message.citations:
-        findings += [
-            _finding(claim, "supported_without_citation", [])
-            for claim in sorted(supported - cited.keys())
+        claim = strip(citation.claim_id)
+        cited.setdefault(claim, []).append(citation)
+        if claim not in required:
+            unknown.append(_finding(claim, "citation_unknown_claim", [citation.document_id]))
+    findings = []
+    if missing:
+        retrieved = {context.document_id for context in message.contexts}
+        expected = {
+            strip(claim): _unique(documents)
+            for claim, documents in message.expected_evidence.items()
+        }
+        answer_length = len(message.answer)
+        findings = [
+            _missing(claim, cited.get(claim), retrieved, expected.get(claim, []), answer_length)
+            for claim in missing
         ]
-    return findings
+    findings += unknown
+    findings += [
+        _finding(claim, "supported_without_citation", [])
+        for claim in sorted(supported - cited.keys())
+    ]
+    return missing, findings
 
 
 def _missing(
     claim: str,
-    citations: Sequence[Citation],
-    message: AttributionResult,
+    citations: Sequence[Citation] | None,
     retrieved: set[str],
     expected: list[str],
+    answer_length: int,
 ) -> Finding:
-    """The first of SPEC §9's four steps that applies to one missing claim."""
+    """The first of SPEC §9's four steps that applies to one missing claim of a message with
+    citations (one without any is attribution_artifact_missing throughout)."""
     if citations:
-        best = _best(citations, retrieved, len(message.answer))
+        best = _best(citations, retrieved, answer_length)
         if best.document_id not in retrieved:
             name: FindingName = "cited_document_not_retrieved"
-        elif not _valid_span(best, len(message.answer)):
+        elif not _valid_span(best, answer_length):
             name = "cited_span_invalid"
         else:
             name = "cited_not_supported"
         return _finding(claim, name, [best.document_id])
-    if not message.citations:
-        return _finding(claim, "attribution_artifact_missing", [])
     found = [document for document in expected if document in retrieved]
     if expected and not found:
         return _finding(claim, "evidence_not_retrieved", expected)

@@ -88,15 +88,15 @@ def check_encodable(message: AttributionResult) -> None:
             raise InputError(
                 f"{name} contains a lone surrogate: IDs must be valid Unicode"
             ) from None
-    evidence = message.expected_evidence
-    try:
-        "\n".join(
-            [*evidence, *(document for ids in evidence.values() for document in ids)]
-        ).encode()
-    except UnicodeEncodeError:
-        raise InputError(
-            "expected_evidence contains a lone surrogate: IDs must be valid Unicode"
-        ) from None
+    if evidence := message.expected_evidence:
+        try:
+            "\n".join(
+                [*evidence, *(document for ids in evidence.values() for document in ids)]
+            ).encode()
+        except UnicodeEncodeError:
+            raise InputError(
+                "expected_evidence contains a lone surrogate: IDs must be valid Unicode"
+            ) from None
     try:
         message.grader.model_dump(mode="json")
     except (UnicodeEncodeError, PydanticSerializationError):

@@ -26,7 +26,7 @@ from contracts import (
 )
 from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
-from contracts.records import REJECTED, SCORED, ContractDriftAlert, KeptCitation
+from contracts.records import REJECTED, SCORED, ContractDriftAlert
 from contracts.triage import Triage, row_owner, triage
 from worker.intake import case_id_of, storable
 from worker.redaction import excerpt
@@ -104,28 +104,34 @@ def _decide(message: AttributionResult, outcome: Outcome, policy: Policy | None)
     )
 
 
-def kept_citations(message: AttributionResult, excerpt_chars: int | None) -> list[KeptCitation]:
-    """The message's citations as an attempt keeps them, each with its excerpt when
-    `excerpt_chars` is set (EVIDENCE_KEEP_EXCERPTS)."""
-    # Validating init: pydantic-core checks these faster than model_construct() skips it.
+def kept_citations(
+    message: AttributionResult, excerpt_chars: int | None
+) -> list[dict[str, object]]:
+    """The message's citations as an attempt keeps them (Attempt validates them into
+    KeptCitation), each with its excerpt when `excerpt_chars` is set (EVIDENCE_KEEP_EXCERPTS)."""
+    # A citation's field values (its __dict__) validated once by Attempt's own validator:
+    # a KeptCitation built apiece costs a Python __init__ each.
     if excerpt_chars is None:
-        return [
-            KeptCitation(
-                claim_id=citation.claim_id,
-                document_id=citation.document_id,
-                answer_span=citation.answer_span,
-            )
-            for citation in message.citations
-        ]
+        return [citation.__dict__ for citation in message.citations]
     return [
-        KeptCitation(
-            claim_id=citation.claim_id,
-            document_id=citation.document_id,
-            answer_span=citation.answer_span,
-            excerpt=excerpt(message.answer, citation.answer_span, excerpt_chars),
-        )
+        {
+            **citation.__dict__,
+            "excerpt": excerpt(message.answer, citation.answer_span, excerpt_chars),
+        }
         for citation in message.citations
     ]
+
+
+def retrieved_document_ids(message: AttributionResult) -> list[str]:
+    """The contexts' document IDs in rank order, each once. A context's document ID may hold
+    a lone surrogate (a legal JSON escape): stores keep UTF-8, so it is kept as its \\udXXX
+    text."""
+    documents = list(dict.fromkeys(context.document_id for context in message.contexts))
+    try:
+        "".join(documents).encode()
+    except UnicodeEncodeError:
+        return [storable(document) for document in documents]
+    return documents
 
 
 def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = None) -> Attempt:
@@ -146,12 +152,7 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
         citations=kept_citations(message, excerpt_chars),
         missing_claim_ids=found.missing_claim_ids,
         findings=found.findings,
-        # A context's document ID may hold a lone surrogate (a legal JSON escape): stores keep
-        # UTF-8, so it is kept as its \udXXX text.
-        retrieved_document_ids=[
-            storable(document)
-            for document in dict.fromkeys(c.document_id for c in message.contexts)
-        ],
+        retrieved_document_ids=retrieved_document_ids(message),
         policy_group=message.policy_group,
         owner=found.owner,
     )
@@ -173,7 +174,7 @@ def build_record(
     """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`."""
     message, delivery = judged.message, judged.delivery
     # A miss is the first; a hit agrees with it by definition: only a conflict needs the first.
-    if recorded.cache != "conflict" and observed == judged.outcome:
+    if recorded.cache != "conflict" and (observed is judged.outcome or observed == judged.outcome):
         decision, found = judged.decision, judged.triage
     else:
         canonical = recorded.first.outcome if recorded.cache == "conflict" else observed

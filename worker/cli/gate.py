@@ -124,7 +124,8 @@ def gate_row(
         **fields,
         "owner": found.owner,
         "score": fields["value"],
-        **found.model_dump(mode="json", include={"missing_claim_ids", "findings"}),
+        "missing_claim_ids": found.missing_claim_ids,
+        "findings": [finding.model_dump(mode="json") for finding in found.findings],
         "contract_drift": False,
     }
     if before is not None and before.status != decision.status:

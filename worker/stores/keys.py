@@ -5,7 +5,7 @@ once, though, so it runs on one Redis. The alert and dead-letter streams are glo
 from __future__ import annotations
 
 import hashlib
-import json
+from json.encoder import encode_basestring_ascii  # what json.dumps() spells a str with
 
 
 def outcome_key(prefix: str, input_hash: str) -> str:
@@ -42,8 +42,8 @@ def contract_key(prefix: str, contract_version: str | None, case_id: str | None)
     hash, and its task ID as JSON), and one field per drift seen, `drift:<the other set's
     JSON>`: that drift's alert JSON, so that it is raised once. The pair is hashed
     into the name: both are free text."""
-    pair = json.dumps([contract_version, case_id]).encode()
-    return f"{prefix}:contract:{hashlib.sha256(pair).hexdigest()}"
+    pair = f"[{_json(contract_version)}, {_json(case_id)}]"  # json.dumps([version, case_id])
+    return f"{prefix}:contract:{_digest(pair)}"
 
 
 def case_key(prefix: str, case_id: str) -> str:
@@ -52,7 +52,17 @@ def case_key(prefix: str, case_id: str) -> str:
     the epoch, the attempt's recorded_at) that case first recorded it in the hash's current
     history (RECORD_LUA). The case ID is hashed into the name, as contract_key's pair is: it
     is free text."""
-    return f"{prefix}:case:{hashlib.sha256(json.dumps(case_id).encode()).hexdigest()}"
+    return f"{prefix}:case:{_digest(_json(case_id))}"
+
+
+def _json(text: str | None) -> str:
+    # json.dumps' own spelling (ASCII, surrogates escaped), without its encoder's set-up per
+    # call: these names exist in stores already, so the spelling must not change.
+    return "null" if text is None else encode_basestring_ascii(text)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def alerts_key(prefix: str) -> str:
