@@ -267,6 +267,27 @@ def _serve_metrics(sender: Any, **_: Any) -> None:
         metrics.serve(port)
 
 
+@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
+def _export_metrics_at_zero(**_: Any) -> None:
+    """With metrics on, a pool process builds its service (and so its counters, every known
+    label set at 0) when it starts rather than at its first message: a counter that first
+    appears at 1 is invisible to increase(), so the first alert after a restart would page
+    nobody. Building it can only fail as the first message would (the store was checked at
+    worker_init): then the service is built on first use, as without metrics."""
+    if app.settings.metrics_port is None:
+        return
+    try:
+        app.service()
+    except Exception as error:  # the first task reports it again, with its context
+        from worker.logging import get_logger
+
+        get_logger().warning(
+            "evidence_coverage.metrics_not_ready",
+            problem=str(error),
+            why="the counters appear with the first message this process handles",
+        )
+
+
 @signals.worker_ready.connect  # type: ignore[untyped-decorator]
 def _quiet_shutdown_notice(sender: Any, **_: Any) -> None:
     """Celery's SIGTERM handler writes `worker: Warm shutdown (MainProcess)` to stdout, a

@@ -16,6 +16,28 @@ from typing import Any
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+CACHES = ("miss", "hit", "conflict")
+
+
+def known_message_labels() -> list[tuple[str, str, str]]:
+    """Every (status, cache, owner) a worker's record can carry (SPEC §9's owners: a valid row
+    that does not fail has none, unless contract drift gave it to evaluation data; release-rule
+    is the gate's alone, the worker has no baseline policy; a rejected message has no cache).
+    Each is exported at 0 from a pool process's start, so that increase() and rate() see the
+    first message of each kind instead of a series that appears already at 1."""
+    labels = [
+        (status, cache, owner)
+        for status in ("pass", "scored")
+        for cache in CACHES
+        for owner in ("none", "evaluation-data")
+    ]
+    labels += [
+        ("fail", cache, owner)
+        for cache in CACHES
+        for owner in ("attribution", "retrieval", "product", "evaluation-data")
+    ]
+    labels += [("invalid", cache, "evaluation-data") for cache in (*CACHES, "none")]
+    return labels
 
 
 def prepare(port: int | None) -> None:
@@ -39,6 +61,8 @@ class Metrics:
             "Messages recorded, by status, cache outcome and owner (SPEC §9; none: no owner)",
             ["status", "cache", "owner"],
         )
+        for status, cache, owner in known_message_labels():
+            self.messages.labels(status=status, cache=cache, owner=owner)
         self.rejected = Counter(
             "evidence_coverage_rejected", "Messages rejected before scoring (dead-lettered)"
         )

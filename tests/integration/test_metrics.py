@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from worker.app import create_app
 from worker.bench.launch import worker_command
+from worker.metrics import known_message_labels
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -113,3 +114,35 @@ def test_counters_sum_over_pool_children(
     assert samples[("evidence_coverage_rejected_total", ())] == 1
     assert samples[("evidence_coverage_nondeterminism_alerts_total", ())] == 1
     assert samples[("evidence_coverage_scoring_seconds_count", ())] == 6
+
+
+def test_every_counter_is_exported_at_zero_before_the_first_message(
+    metrics_worker: tuple[int, str],
+) -> None:
+    """increase() needs a sample before the first increment: a counter that appears at 1
+    (the first nondeterminism alert after a restart) would never fire an alert."""
+    port, _ = metrics_worker
+    deadline = time.monotonic() + 60
+    samples: dict[Any, float] = {}
+    while time.monotonic() < deadline:
+        try:
+            samples = scrape(port)
+        except OSError:
+            samples = {}
+        if ("evidence_coverage_nondeterminism_alerts_total", ()) in samples:
+            break
+        time.sleep(0.2)
+
+    assert samples[("evidence_coverage_nondeterminism_alerts_total", ())] == 0
+    assert samples[("evidence_coverage_contract_drift_alerts_total", ())] == 0
+    assert samples[("evidence_coverage_rejected_total", ())] == 0
+    assert samples[("evidence_coverage_scoring_seconds_count", ())] == 0
+    assert samples[("evidence_coverage_store_unavailable", ())] == 0
+    messages = {
+        dict(labels)["status"] + "/" + dict(labels)["cache"] + "/" + dict(labels)["owner"]: value
+        for (name, labels), value in samples.items()
+        if name == "evidence_coverage_messages_total"
+    }
+    assert messages == {f"{s}/{c}/{o}": 0.0 for s, c, o in known_message_labels()}
+    assert "fail/miss/attribution" in messages  # the parser-rollout row's series
+    assert "invalid/none/evaluation-data" in messages  # a rejected message's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -615,6 +616,35 @@ def test_prometheus_rules_use_only_agreed_metrics() -> None:
     assert "evidence_coverage_contract_drift_alerts_total" in expressions[1]
     named = {name for expr in expressions for name in re.findall(r"evidence_coverage_\w+", expr)}
     assert named <= METRIC_NAMES
+
+
+def promtool() -> str:
+    """promtool from PROMTOOL or the PATH (.ci/run unpacks Debian's); CI must have it."""
+    found = os.environ.get("PROMTOOL") or shutil.which("promtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is not on the PATH: .ci/run unpacks it from Debian's prometheus")
+        pytest.skip("promtool not found: apt-get download prometheus && dpkg-deb -x it")
+    return found
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["check", "rules", "prometheus-rules.yaml"], ["test", "rules", "prometheus-rules.test.yaml"]],
+)
+def test_promtool_accepts_the_rules_and_their_tests(arguments: list[str]) -> None:
+    """The rule tests pin the alerts' labels and text, that the first alert after a restart
+    fires (counters start at 0), and that a counter which appears at 1 would fire nothing."""
+    result = subprocess.run(
+        [promtool(), *arguments],
+        cwd=ROOT / "deploy" / "alerts",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
 
 
 def test_latency_threshold_is_inside_the_histogram() -> None:
