@@ -263,6 +263,8 @@ def _serve_metrics(sender: Any, **_: Any) -> None:
     """
     port = sender.app.settings.metrics_port
     if port is not None:
+        if metrics.single_process_storage():
+            _exit_unusable(metrics.SINGLE_PROCESS_PROBLEM)
         metrics.prepare(port)
         metrics.serve(port)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable
 from typing import Any
@@ -45,6 +46,21 @@ def prepare(port: int | None) -> None:
     if port is None or os.environ.get(MULTIPROC_ENV):
         return
     os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="evidence-metrics-")
+
+
+def single_process_storage() -> bool:
+    """True when prometheus_client was imported before PROMETHEUS_MULTIPROC_DIR was set (a
+    Celery plugin such as Flower imports it as the CLI starts): every process then counts in
+    its own memory and the summed /metrics would be empty."""
+    values = sys.modules.get("prometheus_client.values")
+    return values is not None and getattr(values, "ValueClass", None) is values.MutexValue
+
+
+SINGLE_PROCESS_PROBLEM = (
+    "EVIDENCE_METRICS_PORT is set, but prometheus_client was imported before the worker could "
+    f"set {MULTIPROC_ENV} (a Celery plugin such as Flower imports it), so /metrics would stay "
+    f"empty: set {MULTIPROC_ENV} to an empty directory the worker can write, in its environment"
+)
 
 
 class Metrics:

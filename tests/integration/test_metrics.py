@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from worker.app import create_app
 from worker.bench.launch import worker_command
-from worker.metrics import known_message_labels
+from worker.metrics import SINGLE_PROCESS_PROBLEM, known_message_labels
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -146,3 +147,32 @@ def test_every_counter_is_exported_at_zero_before_the_first_message(
     assert messages == {f"{s}/{c}/{o}": 0.0 for s, c, o in known_message_labels()}
     assert "fail/miss/attribution" in messages  # the parser-rollout row's series
     assert "invalid/none/evaluation-data" in messages  # a rejected message's
+
+
+def test_a_worker_whose_metrics_would_stay_empty_refuses_to_start(key_prefix: str) -> None:
+    """A plugin that imports prometheus_client before worker_init (Flower does) leaves it in
+    single-process mode: the worker says what to set and exits 2 instead of serving nothing."""
+    env = {
+        **os.environ,
+        "EVIDENCE_BROKER_URL": BROKER_URL,
+        "EVIDENCE_KEY_PREFIX": key_prefix,
+        "EVIDENCE_METRICS_PORT": str(free_port()),
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    celery_argv = worker_command(f"{key_prefix}-refused", heartbeat=False)[2:]  # after "-m"
+    code = (
+        "import sys, prometheus_client; from celery.__main__ import main; "
+        f"sys.argv = {celery_argv!r}; main()"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"evidence-worker: configuration error: {SINGLE_PROCESS_PROBLEM}"
+    )
