@@ -325,7 +325,9 @@ def test_a_rabbitmq_restart_while_messages_are_queued_and_in_flight_loses_nothin
     children = worker.child_pids()
     for pid in children:
         os.kill(pid, signal.SIGSTOP)
-    time.sleep(1)  # let the prefetch window fill; nothing is recorded meanwhile
+    # Let the prefetch window fill (nothing is recorded meanwhile): on a busy machine one
+    # second was not always enough, and the restart then had nothing in flight to test.
+    wait_for(lambda: unacknowledged(amqp_queue) > 0, timeout=20, what="messages in flight")
     recorded = len(recorded_case_ids([worker]))
     queued = message_count(amqp_queue)
     assert queued > 0, "drained before the restart"
@@ -347,6 +349,34 @@ def test_a_rabbitmq_restart_while_messages_are_queued_and_in_flight_loses_nothin
     records = check_every_message_recorded_once(store, messages, [worker])
     assert [line for line in records if line["redelivered"]], "nothing was in flight"
     assert message_count(amqp_queue) == 0
+
+
+def unacknowledged(name: str) -> int:
+    """Messages RabbitMQ has delivered on `name` and not yet seen acknowledged."""
+    listed = subprocess.run(
+        [
+            "rabbitmqctl",
+            "list_queues",
+            "--quiet",
+            "--no-table-headers",
+            "name",
+            "messages_unacknowledged",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    counts = {line.split()[0]: int(line.split()[1]) for line in listed.splitlines() if line.strip()}
+    return counts.get(name, 0)
+
+
+def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
 
 
 def wait_for_count(name: str, *, timeout: float) -> int:
