@@ -32,13 +32,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def scrape_until(port: int, done: Callable[[Samples], bool], timeout: float = 60) -> Samples:
+    """The worker's samples once `done` says so (or the last ones after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    samples: Samples = {}
+    while time.monotonic() < deadline:
+        try:
+            samples = scrape(port)
+        except OSError:
+            samples = {}
+        if done(samples):
+            break
+        time.sleep(0.2)
+    return samples
 
 
 @pytest.fixture
@@ -92,16 +110,10 @@ def test_counters_sum_over_pool_children(
         app.send_task("evidence_coverage.score", args=[message], queue=queue)
         time.sleep(0.05)  # keep hit/conflict order deterministic across the two children
 
-    deadline = time.monotonic() + 60
-    samples: dict[Any, float] = {}
-    while time.monotonic() < deadline:
-        try:
-            samples = scrape(port)
-        except OSError:
-            samples = {}
-        if samples.get(("evidence_coverage_scoring_seconds_count", ()), 0) >= len(messages):
-            break
-        time.sleep(0.2)
+    samples = scrape_until(
+        port,
+        lambda got: got.get(("evidence_coverage_scoring_seconds_count", ()), 0) >= len(messages),
+    )
 
     def messages_total(status: str, cache: str, owner: str = "none") -> float:
         key = (("cache", cache), ("owner", owner), ("status", status))
@@ -123,16 +135,9 @@ def test_every_counter_is_exported_at_zero_before_the_first_message(
     """increase() needs a sample before the first increment: a counter that appears at 1
     (the first nondeterminism alert after a restart) would never fire an alert."""
     port, _ = metrics_worker
-    deadline = time.monotonic() + 60
-    samples: dict[Any, float] = {}
-    while time.monotonic() < deadline:
-        try:
-            samples = scrape(port)
-        except OSError:
-            samples = {}
-        if ("evidence_coverage_nondeterminism_alerts_total", ()) in samples:
-            break
-        time.sleep(0.2)
+    samples = scrape_until(
+        port, lambda got: ("evidence_coverage_nondeterminism_alerts_total", ()) in got
+    )
 
     assert samples[("evidence_coverage_nondeterminism_alerts_total", ())] == 0
     assert samples[("evidence_coverage_contract_drift_alerts_total", ())] == 0
