@@ -9,9 +9,9 @@ is not involved: triage explains its number, it never changes it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from contracts.messages import AttributionResult, Citation
 from contracts.outcomes import Decision, Owner
@@ -123,8 +123,8 @@ def _findings(message: AttributionResult) -> tuple[list[str], list[Finding]]:
     each citation of an unknown claim in citation order, then each uncited supported claim
     in sorted order. Each citation's claim ID is stripped once: this runs on every message."""
     strip = str.strip
-    required = set(map(strip, message.required_claim_ids))
-    supported = set(map(strip, message.supported_claim_ids))
+    required = _claims(message.required_claim_ids)
+    supported = _claims(message.supported_claim_ids)
     missing = sorted(required - supported)
     if not message.citations:
         return missing, [_finding(claim, "attribution_artifact_missing", []) for claim in missing]
@@ -203,6 +203,16 @@ def _valid_span(citation: Citation, answer_length: int) -> bool:
 
 def _finding(claim: str, name: FindingName, document_ids: list[str]) -> Finding:
     return Finding(claim_id=claim, finding=name, owner=OWNER_OF[name], document_ids=document_ids)
+
+
+_FINDINGS: Final[TypeAdapter[list[Finding]]] = TypeAdapter(list[Finding])
+
+
+def findings_json(findings: list[Finding]) -> list[dict[str, Any]]:
+    """Findings as JSON values (a log line, a gate row), in one call rather than one per
+    finding: every scored message's line carries them."""
+    dumped: list[dict[str, Any]] = _FINDINGS.dump_python(findings, mode="json")
+    return dumped
 
 
 def row_owner(

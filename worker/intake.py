@@ -116,7 +116,11 @@ def case_id_of(body: object) -> str | None:
 
 def storable(text: str) -> str:
     """Lone surrogates (legal JSON escapes, not Unicode) as \\udXXX text: stores keep UTF-8."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    try:
+        text.encode("utf-8")  # almost every text: nothing to replace, no decoding back
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def body_text(body: Body) -> str:

@@ -20,11 +20,10 @@ from typing import Any, Final, Literal, TextIO
 
 import orjson
 import structlog
-from pydantic import TypeAdapter
 
 from contracts import ScoreRecord
 from contracts.records import ALERT_EVENTS, AnyAlert, ContractDriftAlert
-from contracts.triage import Finding
+from contracts.triage import findings_json
 
 # Fields that could carry raw answer or context text; dropped from every log line.
 RAW_TEXT_FIELDS = frozenset({"answer", "contexts", "text", "prompt", "body"})
@@ -153,9 +152,6 @@ def get_logger() -> Any:
     return _bound[2]
 
 
-_FINDINGS: Final = TypeAdapter(list[Finding])
-
-
 def emit_record(record: ScoreRecord, **context: Any) -> None:
     """Log one message's record: info when scored, warning when rejected or conflicting.
 
@@ -167,7 +163,7 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
     fields = record.__dict__.copy()
     del fields["event"]
     if record.findings:  # the one field of models: dumped in one call, not one per finding
-        fields["findings"] = _FINDINGS.dump_python(record.findings, mode="json")
+        fields["findings"] = findings_json(record.findings)
     fields.update(context)
     log = get_logger()
     method = log.info if record.log_level == "info" else log.warning

@@ -122,18 +122,6 @@ def kept_citations(
     ]
 
 
-def retrieved_document_ids(message: AttributionResult) -> list[str]:
-    """The contexts' document IDs in rank order, each once. A context's document ID may hold
-    a lone surrogate (a legal JSON escape): stores keep UTF-8, so it is kept as its \\udXXX
-    text."""
-    documents = list(dict.fromkeys(context.document_id for context in message.contexts))
-    try:
-        "".join(documents).encode()
-    except UnicodeEncodeError:
-        return [storable(document) for document in documents]
-    return documents
-
-
 def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = None) -> Attempt:
     message, found = judged.message, judged.triage
     return Attempt(
@@ -152,7 +140,12 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
         citations=kept_citations(message, excerpt_chars),
         missing_claim_ids=found.missing_claim_ids,
         findings=found.findings,
-        retrieved_document_ids=retrieved_document_ids(message),
+        # A context's document ID may hold a lone surrogate (a legal JSON escape): stores keep
+        # UTF-8, so it is kept as its \udXXX text.
+        retrieved_document_ids=[
+            storable(document)
+            for document in dict.fromkeys(c.document_id for c in message.contexts)
+        ],
         policy_group=message.policy_group,
         owner=found.owner,
     )

@@ -145,13 +145,13 @@ def test_every_counter_is_exported_at_zero_before_the_first_message(
     assert samples[("evidence_coverage_scoring_seconds_count", ())] == 0
     assert samples[("evidence_coverage_store_unavailable", ())] == 0
     messages = {
-        dict(labels)["status"] + "/" + dict(labels)["cache"] + "/" + dict(labels)["owner"]: value
+        tuple(dict(labels)[key] for key in ("status", "cache", "owner")): value
         for (name, labels), value in samples.items()
         if name == "evidence_coverage_messages_total"
     }
-    assert messages == {f"{s}/{c}/{o}": 0.0 for s, c, o in known_message_labels()}
-    assert "fail/miss/attribution" in messages  # the parser-rollout row's series
-    assert "invalid/none/evaluation-data" in messages  # a rejected message's
+    assert messages == dict.fromkeys(known_message_labels(), 0.0)
+    assert ("fail", "miss", "attribution") in messages  # the parser-rollout row's series
+    assert ("invalid", "none", "evaluation-data") in messages  # a rejected message's
 
 
 def test_a_worker_whose_metrics_would_stay_empty_refuses_to_start(key_prefix: str) -> None:

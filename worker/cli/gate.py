@@ -98,7 +98,7 @@ def gate_row(
     wrong; with a baseline, the change of status it makes."""
     from contracts import AttributionResult, Outcome
     from contracts.metric import score_pair
-    from contracts.triage import release_row_triage, triage
+    from contracts.triage import findings_json, release_row_triage, triage
     from worker.intake import case_id_of
 
     try:
@@ -125,7 +125,7 @@ def gate_row(
         "owner": found.owner,
         "score": fields["value"],
         "missing_claim_ids": found.missing_claim_ids,
-        "findings": [finding.model_dump(mode="json") for finding in found.findings],
+        "findings": findings_json(found.findings),
         "contract_drift": False,
     }
     if before is not None and before.status != decision.status:
