@@ -290,15 +290,52 @@ def _export_metrics_at_zero(**_: Any) -> None:
         )
 
 
-@signals.worker_ready.connect  # type: ignore[untyped-decorator]
-def _quiet_shutdown_notice(sender: Any, **_: Any) -> None:
-    """Celery's SIGTERM handler writes `worker: Warm shutdown (MainProcess)` to stdout, a
-    plain-text line in a JSON stream; with JSON logs, the same handler without that line."""
-    if sender.app.settings.log_format != "json":
+@signals.celeryd_init.connect  # type: ignore[untyped-decorator]
+def _notices_as_json_lines(**_: Any) -> None:
+    """Celery's worker writes its notices (Ctrl-C, warm and cold shutdown, restart) as plain
+    text on stdout from its signal handlers, which it installs and re-installs at several
+    points of start-up and shutdown; with JSON logs, the one function they all write through
+    writes a JSON line instead, whenever the signal comes."""
+    if app.settings.log_format != "json":
         return
-    from celery.apps.worker import install_worker_term_handler
+    import celery.apps.worker
 
-    install_worker_term_handler(sender.controller, verbose=False)
+    plain = celery.apps.worker.safe_say
+
+    def say(message: str, f: Any = sys.__stderr__) -> None:
+        if f is not sys.__stdout__:
+            plain(message, f)
+            return
+        from worker.logging import write_line
+
+        write_line(message.strip(), logger="celery.apps.worker")
+
+    celery.apps.worker.safe_say = say
+
+
+@signals.celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
+    """Celery's banner is a dozen plain-text lines on stdout; with JSON logs, its facts are one
+    line and the banner is off (with or without --quiet)."""
+    if app.settings.log_format != "json":
+        return
+    from celery import __version__ as celery_version
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    from worker.logging import get_logger
+    from worker.settings import masked_url
+
+    instance.quiet = True
+    pool = instance.pool_cls
+    get_logger().info(
+        "evidence_coverage.worker_starting",
+        hostname=sender,
+        celery_version=celery_version,
+        broker=masked_url(app.settings.broker_url),
+        queues=sorted(instance.app.amqp.queues.consume_from),
+        concurrency=instance.concurrency,
+        pool="prefork" if issubclass(pool, PreforkPool) else pool.__module__.rsplit(".", 1)[-1],
+    )
 
 
 @signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import MutableMapping
@@ -27,6 +28,7 @@ from contracts.triage import findings_json
 
 # Fields that could carry raw answer or context text; dropped from every log line.
 RAW_TEXT_FIELDS = frozenset({"answer", "contexts", "text", "prompt", "body"})
+STDOUT_FILENO = 1
 PER_MESSAGE_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 
 LogSchema = Literal["otel", "ecs"]
@@ -168,6 +170,17 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
     log = get_logger()
     method = log.info if record.log_level == "info" else log.warning
     method(record.event, **fields)
+
+
+def write_line(event: str, *, level: str = "warning", **fields: Any) -> None:
+    """One log line through the configured processors, written to stdout's file descriptor
+    in one os.write: safe inside a signal handler, where the interrupted code may hold the
+    stream's lock (a second buffered write would raise "reentrant call")."""
+    event_dict: structlog.typing.EventDict = {"event": event, **fields}
+    rendered: Any = event_dict
+    for processor in structlog.get_config()["processors"]:
+        rendered = processor(None, level, rendered)
+    os.write(STDOUT_FILENO, f"{rendered}\n".encode("utf-8", "backslashreplace"))
 
 
 # A stored attempt's excerpts (EVIDENCE_KEEP_EXCERPTS) are answer text: they stay in the store.

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 
 import pytest
 
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import Worker
+from worker.bench.launch import worker_command
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +23,8 @@ start_worker = harness.start_worker
 def test_a_warm_shutdown_leaves_only_json_lines_on_stdout(
     start_worker: Callable[..., Worker], queue: str, pool: str
 ) -> None:
-    """Celery's SIGTERM handler would print `worker: Warm shutdown (MainProcess)` as plain
-    text; the worker installs it without that line, and still shuts down warm."""
+    """Celery's SIGTERM handler prints `worker: Warm shutdown (MainProcess)` as plain text;
+    with JSON logs it is a JSON line, and the worker still shuts down warm."""
     worker = start_worker(queue, pool=pool)
     worker.wait_ready()
 
@@ -28,8 +32,8 @@ def test_a_warm_shutdown_leaves_only_json_lines_on_stdout(
 
     assert worker.process.returncode == 0
     assert worker.unparsed() == []
-    assert "worker: Warm shutdown" not in worker.stdout_path.read_text("utf-8")
-    assert any(line.get("logger") == "celery.apps.worker" for line in worker.lines())
+    (notice,) = worker.events("worker: Warm shutdown (MainProcess)")
+    assert (notice["level"], notice["logger"]) == ("warning", "celery.apps.worker")
 
 
 def test_console_logs_keep_celery_s_shutdown_notice(
@@ -46,3 +50,92 @@ def test_console_logs_keep_celery_s_shutdown_notice(
     worker.stop()
 
     assert "worker: Warm shutdown (MainProcess)" in worker.stdout_path.read_text("utf-8")
+
+
+def loud_command(queue: str, pool: str = "prefork") -> list[str]:
+    """The Procfile's command line without --quiet: Celery would print its banner."""
+    command = worker_command(queue, hostname=f"{queue}@loud", pool=pool, concurrency=2)
+    return [part for part in command if part != "--quiet"]
+
+
+def wait_exit(worker: Worker, timeout: float = 30.0) -> int:
+    try:
+        return worker.process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the worker did not exit within {timeout:.0f}s\n{worker}")
+
+
+def test_without_quiet_the_banner_is_one_json_line(
+    start_worker: Callable[..., Worker], queue: str
+) -> None:
+    """Celery's banner is plain text on stdout; in JSON mode it is one line with its facts."""
+    worker = start_worker(queue, command=loud_command(queue))
+    worker.wait_ready()
+
+    worker.stop()
+
+    assert worker.unparsed() == []
+    (starting,) = worker.events("evidence_coverage.worker_starting")
+    assert starting["hostname"] == f"{queue}@loud"
+    assert starting["queues"] == [queue]
+    assert starting["concurrency"] == 2
+    assert starting["pool"] == "prefork"
+    assert starting["broker"] == "redis://127.0.0.1:6379/12"
+    assert "celery_version" in starting
+
+
+@pytest.mark.parametrize(
+    ("signals", "notice", "exit_code"),
+    [
+        ([signal.SIGINT], "worker: Warm shutdown (MainProcess)", 1),
+        # Celery ends a cold shutdown with exit code 0, a Ctrl-C's warm one with 1.
+        ([signal.SIGQUIT], "worker: Cold shutdown (MainProcess)", 0),
+        (
+            [signal.SIGINT, signal.SIGINT],
+            "worker: Hitting Ctrl+C again will terminate all running tasks!",
+            0,
+        ),
+    ],
+)
+def test_ctrl_c_and_quit_notices_are_json_lines(
+    start_worker: Callable[..., Worker],
+    queue: str,
+    signals: list[signal.Signals],
+    notice: str,
+    exit_code: int,
+) -> None:
+    """Ctrl-C, a second Ctrl-C and SIGQUIT make Celery say what it does: as JSON lines."""
+    worker = start_worker(queue, command=loud_command(queue))
+    worker.wait_ready()
+
+    for number in signals:
+        worker.process.send_signal(number)
+        time.sleep(0.5)
+
+    assert wait_exit(worker) == exit_code
+    assert worker.unparsed() == []
+    notices = [
+        line["event"] for line in worker.lines() if line.get("logger") == "celery.apps.worker"
+    ]
+    assert notice in notices
+    assert [line["level"] for line in worker.events(notice)] == ["warning"]
+
+
+def test_a_sigterm_before_ready_leaves_only_json_lines(
+    start_worker: Callable[..., Worker], queue: str
+) -> None:
+    """A worker still waiting for its broker (so before `ready` and the handlers installed
+    then) that is stopped says so in JSON too."""
+    nobody = f"redis://127.0.0.1:{harness.free_port()}/0"
+    worker = start_worker(queue, broker_url=nobody, command=None)
+    worker.wait_until(
+        lambda lines: any("Cannot connect" in str(line.get("event")) for line in lines),
+        timeout=60.0,
+        what="the worker to retry its broker",
+    )
+
+    worker.process.send_signal(signal.SIGTERM)
+
+    wait_exit(worker)
+    assert worker.unparsed() == []
+    assert "Warm shutdown" not in worker.stderr_path.read_text("utf-8")

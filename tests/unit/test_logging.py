@@ -23,6 +23,7 @@ from worker.logging import (
     emit_alert,
     emit_record,
     get_logger,
+    write_line,
 )
 
 HASH = "f4a60bffff38ff313c11ab8913e01295481e46a154e779215d15bb8a87825a44"
@@ -361,3 +362,22 @@ def test_per_message_celery_info_is_silenced(stdlib_stream: io.StringIO) -> None
         logging.getLogger(name).info("Task received")
 
     assert stdlib_stream.getvalue() == ""
+
+
+def test_write_line_renders_through_the_configured_processors_to_stdout_s_descriptor(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A signal handler's notice is one JSON line like any other, written to file descriptor 1."""
+    configure_logging("json")
+
+    write_line("worker: Warm shutdown (MainProcess)", logger="celery.apps.worker")
+
+    (line,) = capfd.readouterr().out.splitlines()
+    fields = json.loads(line)
+    assert list(fields)[:3] == ["timestamp", "level", "event"]
+    assert (fields["level"], fields["event"], fields["logger"], fields["severity_number"]) == (
+        "warning",
+        "worker: Warm shutdown (MainProcess)",
+        "celery.apps.worker",
+        13,
+    )
