@@ -8,15 +8,18 @@ import time
 from collections.abc import Callable
 
 import pytest
+from celery import Celery
 
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import Worker
 from worker.bench.launch import worker_command
+from worker.constants import RECONCILE
 
 pytestmark = pytest.mark.integration
 
 queue = harness.queue
 start_worker = harness.start_worker
+publisher = harness.publisher
 
 
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
@@ -139,3 +142,29 @@ def test_a_sigterm_before_ready_leaves_only_json_lines(
     wait_exit(worker)
     assert worker.unparsed() == []
     assert "Warm shutdown" not in worker.stderr_path.read_text("utf-8")
+
+
+def test_a_task_that_fails_on_a_bug_logs_its_traceback_as_fields(
+    start_worker: Callable[..., Worker], queue: str, publisher: Callable[..., Celery]
+) -> None:
+    """A task's exception reaches the log through Celery's ExceptionInfo (a billiard traceback
+    proxy, not a traceback): the line still carries the type, message and frames as text."""
+    worker = start_worker(queue)
+    worker.wait_ready()
+
+    publisher().send_task(RECONCILE, kwargs={"older_than_seconds": "soon"}, queue=queue)
+
+    lines = worker.wait_until(
+        lambda lines: any("exception.type" in line for line in lines),
+        timeout=60.0,
+        what="the task's failure",
+    )
+    (line,) = [line for line in lines if "exception.type" in line]
+    assert (line["level"], line["logger"]) == ("error", "celery.app.trace")
+    assert line["exception.type"] == "TypeError"
+    assert line["exception.message"] == "unsupported type for timedelta seconds component: str"
+    stack = line["exception.stacktrace"]
+    assert stack.startswith("Traceback (most recent call last):\n")
+    assert 'worker/tasks.py", line' in stack
+    assert "in reconcile\n" in stack
+    assert worker.unparsed() == []
