@@ -1,12 +1,11 @@
 """structlog, configured once: one JSON line per event on stdout (console renderer locally).
 
-Each JSON line carries our own keys (`timestamp`, `level`, `event`, the record's fields) and the
-names collectors expect, so Loki, an OpenTelemetry collector or Elasticsearch take it unmapped:
-`severity_text`, `severity_number` and `service.name` always (`otel`, the default), plus
-`@timestamp`, `log.level`, `message`, `ecs.version` and `trace.id` with EVIDENCE_LOG_SCHEMA=ecs.
-Dotted names are flat keys: Elasticsearch expands them into ECS's nested fields, and Loki's
-json parser turns them into service_name and the like. ECS reserves `event` for an object;
-the shipper moves ours to event.action (deploy/logging/vector.toml).
+Each line carries the record's fields and the names a collector expects, so Loki, an
+OpenTelemetry collector or Elasticsearch take it unmapped. `otel` (the default): our own keys
+(`timestamp`, `level`, `event`) lead, beside `severity_text`, `severity_number` and
+`service.name` as flat dotted keys (Loki's json parser turns them into service_name).
+`ecs` (EVIDENCE_LOG_SCHEMA=ecs): an ECS document rendered by Elastic's ecs-logging, with our
+envelope under ECS's names (EcsRenderer).
 """
 
 from __future__ import annotations
@@ -33,7 +32,9 @@ PER_MESSAGE_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 
 LogSchema = Literal["otel", "ecs"]
 SERVICE_NAME = "evidence-coverage-worker"
-ECS_VERSION = "8.11.0"
+ECS_DATASET = "evidence_coverage"  # deploy/logging/vector.toml's data_stream.dataset
+ECS_LOGGING_VERSION = "1.6.0"  # the ecs.version Elastic's ecs-logging 2.3 writes
+LOGGER_NAME = "evidence_coverage"
 # OpenTelemetry log data model SeverityNumber, by structlog level name; 0 is UNSPECIFIED.
 SEVERITY_NUMBERS = {"debug": 5, "info": 9, "warning": 13, "error": 17, "critical": 21}
 
@@ -57,15 +58,12 @@ def lead_with_when_and_what(
     return {**lead, **event_dict}
 
 
-class SchemaFields:
-    """Add the OpenTelemetry (and with `ecs`, ECS) names beside ours; the event's own keys win.
+class OtelFields:
+    """Add OpenTelemetry's names beside ours; the event's own keys win.
 
     Nothing is renamed: dashboards and tests that read `timestamp`, `level`, `event` and
     `trace_id` keep working, and a collector finds the names its data model expects.
     """
-
-    def __init__(self, schema: LogSchema = "otel") -> None:
-        self.schema = schema
 
     def __call__(
         self, _: Any, __: str, event_dict: MutableMapping[str, Any]
@@ -76,28 +74,83 @@ class SchemaFields:
             "severity_number": SEVERITY_NUMBERS.get(level, 0),
             "service.name": SERVICE_NAME,
         }
-        if self.schema == "ecs":
-            added |= {
-                "@timestamp": event_dict.get("timestamp"),
-                "log.level": level,
-                "message": event_dict.get("event"),
-                "ecs.version": ECS_VERSION,
-            }
-            if event_dict.get("trace_id"):
-                added["trace.id"] = event_dict["trace_id"]
         return {**added, **event_dict}
 
 
+# Our envelope's names and their ECS twins, moved by EcsRenderer.
+ECS_NAMES: Final = {
+    "timestamp": "@timestamp",
+    "level": "log.level",
+    "logger": "log.logger",
+    "exception.type": "error.type",
+    "exception.message": "error.message",
+    "exception.stacktrace": "error.stack_trace",
+}
+
+
+def ecs_fields(method: str, event_dict: MutableMapping[str, Any]) -> dict[str, Any]:
+    """The event with our envelope under ECS's names, as flat dotted keys (what an ECS
+    formatter is given): ECS maps `event` as an object, so the event name is `event.action`,
+    with `event.dataset` the data stream's dataset; `logger` is `log.logger`; an exception is
+    `error.type`, `error.message` and `error.stack_trace`; the message's trace ID is `trace.id`
+    beside our `trace_id`. The record's own fields keep their names."""
+    fields = {ECS_NAMES.get(key, key): value for key, value in event_dict.items()}
+    fields.setdefault("log.level", method)
+    fields.setdefault("log.logger", LOGGER_NAME)
+    fields["event.action"] = fields.get("event")
+    fields["event.dataset"] = ECS_DATASET
+    fields["service.name"] = SERVICE_NAME
+    if isinstance(fields.get("trace_id"), str) and fields["trace_id"]:
+        fields["trace.id"] = fields["trace_id"]
+    return fields
+
+
+class EcsRenderer:
+    """One ECS document per line: field for field what Elastic's ecs-logging (2.3) writes for
+    ecs_fields() (tests/unit/test_log_schema.py renders the same events with both), leading
+    with @timestamp, log.level and message, ecs.version as the version it writes, every other
+    dotted name nested.
+
+    Written here rather than calling ecs-logging's StructlogFormatter because that one spells
+    the line with json.dumps(sort_keys=True) after walking every value for dotted keys, which
+    tripled the cost of a record's line; this one nests only the dotted keys at the top (no
+    value of ours holds one) and spells the line with the default schema's dumps().
+    """
+
+    def __call__(self, _logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
+        fields = ecs_fields(method, event_dict)
+        document: dict[str, Any] = {
+            "@timestamp": fields.pop("@timestamp"),  # shared_processors() stamps every event
+            "log.level": fields.pop("log.level"),
+            "message": str(fields.pop("event", None)),
+            "ecs.version": ECS_LOGGING_VERSION,
+        }
+        for key, value in fields.items():
+            if "." not in key:
+                document[key] = value
+                continue
+            *parents, leaf = key.split(".")
+            node = document
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[leaf] = value
+        return dumps(document)
+
+
 def shared_processors(schema: LogSchema | None = "otel") -> list[structlog.typing.Processor]:
-    """The chain before rendering; `schema=None` adds no collector fields (console, for people)."""
-    return [
+    """The chain before rendering; `schema=None` adds no collector fields (console, for people).
+
+    ECS names are the renderer's business (EcsRenderer): they must see exception fields that
+    the stdlib chain adds after these processors."""
+    chain: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         drop_raw_text,
-        *([SchemaFields(schema)] if schema is not None else []),
-        lead_with_when_and_what,
     ]
+    if schema == "ecs":
+        return chain
+    return [*chain, *([OtelFields()] if schema == "otel" else []), lead_with_when_and_what]
 
 
 def dumps(value: Any, **_: Any) -> str:
@@ -109,10 +162,12 @@ def dumps(value: Any, **_: Any) -> str:
         return json.dumps(value, default=repr)  # ASCII escapes: a lone surrogate stays writable
 
 
-def _renderer(log_format: str) -> structlog.typing.Processor:
-    if log_format == "json":
-        return structlog.processors.JSONRenderer(serializer=dumps)
-    return structlog.dev.ConsoleRenderer(colors=False)
+def _renderer(log_format: str, schema: LogSchema) -> structlog.typing.Processor:
+    if log_format != "json":
+        return structlog.dev.ConsoleRenderer(colors=False)
+    if schema == "ecs":
+        return EcsRenderer()
+    return structlog.processors.JSONRenderer(serializer=dumps)
 
 
 def configure_logging(
@@ -126,7 +181,7 @@ def configure_logging(
     structlog.configure(
         processors=[
             *shared_processors(schema if log_format == "json" else None),
-            _renderer(log_format),
+            _renderer(log_format, schema),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         # One write() per line (message and newline together): prefork children share stdout,
@@ -150,7 +205,7 @@ def get_logger() -> Any:
     config = structlog.get_config()
     processors, factory = config["processors"], config["logger_factory"]
     if _bound is None or _bound[0] is not processors or _bound[1] is not factory:
-        _bound = (processors, factory, structlog.get_logger("evidence_coverage").bind())
+        _bound = (processors, factory, structlog.get_logger(LOGGER_NAME).bind())
     return _bound[2]
 
 
@@ -234,7 +289,7 @@ def configure_stdlib_logging(
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             *([exception_fields] if log_format == "json" else []),
-            _renderer(log_format),
+            _renderer(log_format, schema),
         ],
     )
     handler = logging.StreamHandler(stream or sys.stdout)

@@ -239,6 +239,9 @@ def parse_line(body: bytes) -> ReportedRecord | OtherLine:
     if not isinstance(data, dict):
         raise UnreadableLineError(f"not a JSON object but {type(data).__name__}")
     event = data.get("event")
+    if isinstance(event, dict):  # an ECS document (EVIDENCE_LOG_SCHEMA=ecs): event.action
+        event = event.get("action")
+        data = {**data, "event": event}
     if event in ("evidence_coverage.scored", "evidence_coverage.rejected"):
         try:
             return ReportedRecord.model_validate(data)

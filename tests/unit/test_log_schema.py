@@ -10,20 +10,25 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import ecs_logging
 import pytest
 from jsonschema import Draft202012Validator
 
 from contracts import AttributionResult
 from contracts.records import NONDETERMINISM
 from tests.conftest import FIXED_NOW, ROOT
+from tests.ecs import ecs_conflicts, leaves
 from worker.errors import ConfigurationError
 from worker.logging import (
+    EcsRenderer,
     LogSchema,
     configure_logging,
     configure_stdlib_logging,
+    ecs_fields,
     emit_alert,
     emit_record,
     get_logger,
+    write_line,
 )
 from worker.scoring import process, rejected_record
 from worker.settings import Settings, load_settings
@@ -50,6 +55,22 @@ def published_errors(line: dict[str, Any]) -> list[str]:
     """Every way `line` breaks the schema published for its event; empty when it validates."""
     schema = ALERT_RECORD if line["event"] == NONDETERMINISM else COVERAGE_RECORD
     return [f"{'/'.join(map(str, e.path))}: {e.message}" for e in schema.iter_errors(line)]
+
+
+def envelope_as_ours(document: dict[str, Any]) -> dict[str, Any]:
+    """An ECS document with its envelope named as in the default schema again."""
+    ours = {
+        key: value
+        for key, value in document.items()
+        if key not in {"@timestamp", "log.level", "message", "ecs.version"}
+        and key not in {"event", "log", "service", "trace", "ecs"}
+    }
+    return {
+        "timestamp": document["@timestamp"],
+        "level": document["log.level"],
+        "event": document["event"]["action"],
+        **ours,
+    }
 
 
 def lines_of(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -108,8 +129,11 @@ SEVERITIES = [
 def test_every_line_validates_against_its_published_schema(
     schema: LogSchema, emitted: Callable[[LogSchema], list[dict[str, Any]]]
 ) -> None:
-    """Scored, rejected, conflicting and alert lines each validate against contracts/schemas/."""
+    """Scored, rejected, conflicting and alert lines each validate against contracts/schemas/;
+    an ECS document does once its envelope is named as in the default schema again."""
     lines = emitted(schema)
+    if schema == "ecs":
+        lines = [envelope_as_ours(document) for document in lines]
 
     assert [line["event"] for line in lines] == [
         "evidence_coverage.scored",
@@ -122,12 +146,11 @@ def test_every_line_validates_against_its_published_schema(
         assert published_errors(line) == [], name
 
 
-@pytest.mark.parametrize("schema", ["otel", "ecs"])
 def test_every_line_carries_opentelemetry_severity_and_service(
-    schema: LogSchema, emitted: Callable[[LogSchema], list[dict[str, Any]]]
+    emitted: Callable[[LogSchema], list[dict[str, Any]]],
 ) -> None:
     """severity_text/severity_number follow the OTel data model; service.name names the worker."""
-    lines = emitted(schema)
+    lines = emitted("otel")
 
     assert [
         (line["level"], line["severity_text"], line["severity_number"]) for line in lines
@@ -135,12 +158,9 @@ def test_every_line_carries_opentelemetry_severity_and_service(
     assert {line["service.name"] for line in lines} == {"evidence-coverage-worker"}
 
 
-@pytest.mark.parametrize("schema", ["otel", "ecs"])
-def test_our_own_keys_still_lead(
-    schema: LogSchema, emitted: Callable[[LogSchema], list[dict[str, Any]]]
-) -> None:
-    """timestamp, level, event stay the first three keys whatever the schema."""
-    for line in emitted(schema):
+def test_our_own_keys_still_lead(emitted: Callable[[LogSchema], list[dict[str, Any]]]) -> None:
+    """timestamp, level, event are the first three keys of the default schema's lines."""
+    for line in emitted("otel"):
         assert list(line)[:3] == ["timestamp", "level", "event"]
 
 
@@ -156,18 +176,30 @@ def test_otel_keeps_trace_id_and_adds_no_ecs_fields(
         assert "trace.id" not in line
 
 
-def test_ecs_adds_timestamp_level_message_and_version(
+def test_ecs_documents_lead_with_timestamp_level_and_message(
     emitted: Callable[[LogSchema], list[dict[str, Any]]],
 ) -> None:
-    """With ecs, @timestamp, log.level and message mirror timestamp, level and event."""
-    for line in emitted("ecs"):
-        assert (line["@timestamp"], line["log.level"], line["message"], line["ecs.version"]) == (
-            line["timestamp"],
-            line["level"],
-            line["event"],
-            "8.11.0",
-        )
-        assert datetime.fromisoformat(line["@timestamp"]).utcoffset() is not None
+    """ecs-logging's order: @timestamp, log.level, message (the event name) come first."""
+    documents = emitted("ecs")
+    for document in documents:
+        assert list(document)[:3] == ["@timestamp", "log.level", "message"]
+        assert datetime.fromisoformat(document["@timestamp"]).utcoffset() is not None
+        assert document["event"]["action"] == document["message"]
+    assert [document["log.level"] for document in documents] == [
+        level for level, _, _ in SEVERITIES
+    ]
+
+
+def test_ecs_documents_name_the_event_dataset_logger_service_and_version(
+    emitted: Callable[[LogSchema], list[dict[str, Any]]],
+) -> None:
+    """event.action holds our event name; the rest of the envelope is ECS's own."""
+    for document in emitted("ecs"):
+        assert document["event"] == {"action": document["message"], "dataset": "evidence_coverage"}
+        assert document["log"] == {"logger": "evidence_coverage"}
+        assert document["service"] == {"name": "evidence-coverage-worker"}
+        assert document["ecs.version"] == ecs_logging.ECS_VERSION
+        assert {"timestamp", "level", "severity_text", "logger"}.isdisjoint(document)
 
 
 def test_ecs_adds_trace_id_only_when_known(
@@ -176,17 +208,18 @@ def test_ecs_adds_trace_id_only_when_known(
     """trace.id appears on the line whose message had a trace_id, and on no other."""
     lines = emitted("ecs")
 
-    assert [line.get("trace.id") for line in lines] == [TRACE_ID, None, None, None]
+    assert [line.get("trace", {}).get("id") for line in lines] == [TRACE_ID, None, None, None]
+    assert lines[0]["trace_id"] == TRACE_ID
 
 
 def test_the_events_own_keys_win() -> None:
-    """A key the caller logs (here ECS's message) is never overwritten by the schema fields."""
+    """A key the caller logs (here OTel's service.name) is never overwritten by schema fields."""
     stream = io.StringIO()
-    configure_logging(stream=stream, schema="ecs")
-    get_logger().info("evidence_coverage.debug", message="kept as logged")
+    configure_logging(stream=stream, schema="otel")
+    get_logger().info("evidence_coverage.debug", **{"service.name": "kept as logged"})
 
     (line,) = lines_of(stream)
-    assert (line["message"], line["event"]) == ("kept as logged", "evidence_coverage.debug")
+    assert (line["service.name"], line["event"]) == ("kept as logged", "evidence_coverage.debug")
 
 
 def test_console_format_adds_no_collector_fields() -> None:
@@ -211,21 +244,46 @@ def restore_root_logger() -> Iterator[None]:
 
 @pytest.mark.usefixtures("restore_root_logger")
 def test_stdlib_lines_get_the_same_fields() -> None:
-    """Celery's and kombu's stdlib records get the OTel and ECS fields too."""
+    """Celery's and kombu's stdlib records get the OTel fields too."""
     stream = io.StringIO()
-    configure_stdlib_logging(stream=stream, schema="ecs")
+    configure_stdlib_logging(stream=stream, schema="otel")
     logging.getLogger("kombu.connection").error("broker connection lost")
 
     (line,) = lines_of(stream)
-    assert (line["severity_text"], line["severity_number"], line["log.level"]) == (
+    assert (line["severity_text"], line["severity_number"], line["level"]) == (
         "ERROR",
         17,
         "error",
     )
-    assert (line["message"], line["service.name"]) == (
+    assert (line["event"], line["service.name"], line["logger"]) == (
         "broker connection lost",
         "evidence-coverage-worker",
+        "kombu.connection",
     )
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_a_stdlib_error_is_an_ecs_document_with_its_logger_and_error_fields() -> None:
+    """In ECS, Celery's logger is log.logger and an exception is error.type, error.message and
+    error.stack_trace (ECS's names for OTel's exception.*)."""
+    stream = io.StringIO()
+    configure_stdlib_logging(stream=stream, schema="ecs")
+    try:
+        raise ConnectionResetError("connection reset by peer")
+    except ConnectionResetError:
+        logging.getLogger("kombu.connection").error("broker connection lost", exc_info=True)
+
+    (document,) = lines_of(stream)
+    assert (document["log.level"], document["message"], document["log"]) == (
+        "error",
+        "broker connection lost",
+        {"logger": "kombu.connection"},
+    )
+    error = document["error"]
+    assert (error["type"], error["message"]) == ("ConnectionResetError", "connection reset by peer")
+    assert error["stack_trace"].startswith("Traceback (most recent call last):\n")
+    assert not any(key.startswith("exception") for key in document)
+    assert ecs_conflicts(document) == []
 
 
 def test_log_schema_defaults_to_otel() -> None:
@@ -246,3 +304,85 @@ def test_unknown_log_schema_is_a_configuration_error(monkeypatch: pytest.MonkeyP
 
     with pytest.raises(ConfigurationError, match=r"^EVIDENCE_LOG_SCHEMA: "):
         load_settings()
+
+
+def test_every_field_of_every_ecs_document_has_its_ecs_type(
+    emitted: Callable[[LogSchema], list[dict[str, Any]]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Records, alerts and a signal handler's notice index into ECS's mappings unmapped: every
+    ECS field we emit has ECS's type, and nothing of ours sits where ECS has a field."""
+    documents = emitted("ecs")
+    write_line("worker: Warm shutdown (MainProcess)", logger="celery.apps.worker")
+    documents.append(json.loads(capfd.readouterr().out))
+
+    assert {path for document in documents for path, _ in leaves(document)} >= {
+        "@timestamp",
+        "log.level",
+        "log.logger",
+        "message",
+        "event.action",
+        "event.dataset",
+        "service.name",
+        "trace.id",
+        "ecs.version",
+    }
+    for document in documents:
+        assert ecs_conflicts(document) == [], document["message"]
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        (
+            {"event": "evidence_coverage.scored"},
+            "event: ECS maps it as an object, the line has 'evidence_coverage.scored'",
+        ),
+        ({"log": {"level": 9}}, "log.level: ECS maps it as keyword, the line has 9"),
+        ({"trace": {"id": {"x": "y"}}}, "trace.id.x: under an ECS field that is not an object"),
+        ({"event": {"verdict": "pass"}}, "event.verdict: not an ECS field, inside ECS's field set"),
+        ({"@timestamp": "yesterday"}, None),
+    ],
+)
+def test_the_ecs_check_catches_what_elasticsearch_would_refuse(
+    document: dict[str, Any], problem: str | None
+) -> None:
+    """The checker itself: the old flat `event` string and the other conflicts are caught."""
+    if problem is None:
+        with pytest.raises(ValueError, match="Invalid isoformat"):
+            ecs_conflicts(document)
+    else:
+        assert ecs_conflicts(document) == [problem]
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_ecs_documents_are_what_ecs_logging_writes_field_for_field(
+    emitted: Callable[[LogSchema], list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """EcsRenderer is Elastic's ecs-logging formatter, faster: for records, alerts, a stdlib
+    error with its traceback and a signal handler's notice, both write the same document."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    render = EcsRenderer.__call__
+
+    def recording(self: EcsRenderer, logger: Any, method: str, event: Any) -> str:
+        seen.append((method, dict(event)))
+        return render(self, logger, method, event)
+
+    monkeypatch.setattr(EcsRenderer, "__call__", recording)
+    emitted("ecs")
+    stream = io.StringIO()
+    configure_stdlib_logging(stream=stream, schema="ecs")
+    try:
+        raise ConnectionResetError("connection reset by peer")
+    except ConnectionResetError:
+        logging.getLogger("kombu.connection").error("broker connection lost", exc_info=True)
+    write_line("worker: Warm shutdown (MainProcess)", logger="celery.apps.worker")
+    capfd.readouterr()
+
+    assert len(seen) == 6
+    for method, event in seen:
+        ours = json.loads(render(EcsRenderer(), None, method, dict(event)))
+        theirs = ecs_logging.StructlogFormatter()(None, method, ecs_fields(method, dict(event)))
+        assert ours == json.loads(theirs), event["event"]
+        assert list(ours)[:3] == list(json.loads(theirs))[:3]

@@ -285,6 +285,30 @@ def test_histogram_bins_valid_values_only() -> None:
     assert version(report, FAQ).histogram == [2, 1, 0, 0, 0, 1, 0, 0, 0, 3]
 
 
+def test_ecs_documents_are_read_by_their_event_action() -> None:
+    """With EVIDENCE_LOG_SCHEMA=ecs the event name is event.action: records and alerts count
+    as in the default schema, and ECS's envelope is ignored."""
+
+    def ecs(line: dict[str, Any]) -> dict[str, Any]:
+        fields = {k: v for k, v in line.items() if k not in ("timestamp", "level", "event")}
+        return {
+            "@timestamp": line.get("timestamp", "2026-12-02T18:15:50.505Z"),
+            "log.level": line["level"],
+            "message": line["event"],
+            **fields,
+            "event": {"action": line["event"], "dataset": "evidence_coverage"},
+            "log": {"logger": "evidence_coverage"},
+        }
+
+    report = report_of(ecs(record()), ecs(invalid()), ecs(alert("a" * 64)), ecs(rejected()))
+
+    assert report.records == 3
+    faq = group(report, FAQ, "default")
+    assert (faq.valid.count, faq.valid.mean, faq.invalid.count) == (1, 1.0, 1)
+    assert report.nondeterminism_alerts == 1
+    assert report.skipped == {"evidence_coverage.nondeterminism": 1}
+
+
 def test_other_lines_are_skipped_and_counted_by_event() -> None:
     """Celery log lines and alerts are not records: skipped, counted per event name."""
     celery = {"level": "info", "event": "celery@host ready.", "logger": "celery.worker"}
