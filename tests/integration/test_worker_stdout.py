@@ -6,12 +6,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from celery import Celery
 
+from tests.ecs import ecs_conflicts
 from tests.integration import worker_harness as harness
-from tests.integration.worker_harness import Worker
+from tests.integration.worker_harness import Worker, send_scores
 from worker.bench.launch import worker_command
 from worker.constants import RECONCILE
 
@@ -168,3 +170,47 @@ def test_a_task_that_fails_on_a_bug_logs_its_traceback_as_fields(
     assert 'worker/tasks.py", line' in stack
     assert "in reconcile\n" in stack
     assert worker.unparsed() == []
+
+
+def test_with_ecs_every_line_of_a_worker_s_life_is_an_ecs_document(
+    start_worker: Callable[..., Worker],
+    queue: str,
+    publisher: Callable[..., Celery],
+    message_dict: Callable[..., dict[str, Any]],
+) -> None:
+    """EVIDENCE_LOG_SCHEMA=ecs through a real worker: start-up, a record, shutdown; every line
+    is an ECS document that an index with ECS's mappings takes."""
+    worker = start_worker(queue, command=loud_command(queue), env={"EVIDENCE_LOG_SCHEMA": "ecs"})
+
+    def actions(lines: list[dict[str, Any]]) -> list[str]:
+        return [str(line.get("event", {}).get("action")) for line in lines]
+
+    worker.wait_until(
+        lambda lines: any(action.endswith(" ready.") for action in actions(lines)),
+        timeout=90.0,
+        what="the worker to be ready",
+    )
+    send_scores(publisher(), queue, [message_dict(case_id="ecs-1")])
+    worker.wait_until(
+        lambda lines: "evidence_coverage.scored" in actions(lines),
+        timeout=60.0,
+        what="the record",
+    )
+    worker.stop()
+
+    documents = worker.lines()
+    assert worker.unparsed() == []
+    assert {"evidence_coverage.worker_starting", "evidence_coverage.scored"} <= set(
+        actions(documents)
+    )
+    assert "worker: Warm shutdown (MainProcess)" in actions(documents)
+    (record,) = [
+        line for line in documents if line["event"]["action"] == "evidence_coverage.scored"
+    ]
+    assert (record["case_id"], record["log"]["logger"], record["message"]) == (
+        "ecs-1",
+        "evidence_coverage",
+        "evidence_coverage.scored",
+    )
+    for document in documents:
+        assert ecs_conflicts(document) == [], document["message"]
