@@ -161,6 +161,8 @@ class ScoreRecord(Record):
     duration_ms: float | None = Field(default=None, ge=0)
     trace_id: str | None = None
     line: int | None = Field(default=None, ge=1, description="1-based input line (CLI only)")
+    # What the worker set aside without rejecting the message (a malformed trace_id, say).
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def log_level(self) -> Literal["info", "warning"]:

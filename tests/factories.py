@@ -75,6 +75,7 @@ def expected_scored(
         "task_id": None,
         "trace_id": None,
         "line": None,
+        "warnings": [],
         **fields,
     }
 
@@ -106,6 +107,7 @@ def expected_rejected(reason: str, **fields: Any) -> dict[str, Any]:
         "task_id": None,
         "trace_id": None,
         "line": None,
+        "warnings": [],
         **fields,
     }
 

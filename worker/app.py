@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Celery, signals
 
-from worker import metrics
+from worker import metrics, telemetry
 from worker.constants import RECONCILE
 from worker.errors import ConfigurationError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
@@ -241,7 +241,11 @@ def _configure_logging(**_: Any) -> None:
     """Celery's own log lines go through structlog too, so stdout is one format."""
     from worker.logging import configure_stdlib_logging
 
-    configure_stdlib_logging(app.settings.log_format, schema=app.settings.log_schema)
+    configure_stdlib_logging(
+        app.settings.log_format,
+        schema=app.settings.log_schema,
+        span_ids=telemetry.configured(),
+    )
 
 
 @signals.worker_init.connect  # type: ignore[untyped-decorator]
@@ -338,15 +342,40 @@ def _banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
     )
 
 
+@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
+def _start_telemetry_in_pool_process(**_: Any) -> None:
+    """With the otel extra and an OTLP endpoint, each pool process exports its task spans and
+    evaluation events (worker/telemetry.py); its exporters' threads start after the fork."""
+    if telemetry.configured():
+        telemetry.start()
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _start_telemetry_without_pool_processes(sender: Any, **_: Any) -> None:
+    """`--pool solo` runs tasks in the main process: telemetry starts there instead."""
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    if telemetry.configured() and not issubclass(sender.pool_cls, PreforkPool):
+        telemetry.start()
+
+
 @signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]
 def _close_service(pid: int | None = None, **_: Any) -> None:
     app.close_service()
     metrics.forget_process(pid or os.getpid())
+    _stop_telemetry()
+
+
+def _stop_telemetry(**_: Any) -> None:
+    exporting = telemetry.active()
+    if exporting is not None:
+        exporting.shutdown()
 
 
 @signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
 def _remove_metrics_dir(**_: Any) -> None:
     metrics.cleanup()
+    _stop_telemetry()
 
 
 app = _app_from_environment()

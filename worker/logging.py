@@ -137,8 +137,11 @@ class EcsRenderer:
         return dumps(document)
 
 
-def shared_processors(schema: LogSchema | None = "otel") -> list[structlog.typing.Processor]:
-    """The chain before rendering; `schema=None` adds no collector fields (console, for people).
+def shared_processors(
+    schema: LogSchema | None = "otel", *, span_ids: bool = False
+) -> list[structlog.typing.Processor]:
+    """The chain before rendering; `schema=None` adds no collector fields (console, for people);
+    `span_ids` adds the current OpenTelemetry span's IDs (worker/telemetry.py).
 
     ECS names are the renderer's business (EcsRenderer): they must see exception fields that
     the stdlib chain adds after these processors."""
@@ -148,6 +151,10 @@ def shared_processors(schema: LogSchema | None = "otel") -> list[structlog.typin
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         drop_raw_text,
     ]
+    if span_ids:
+        from worker.telemetry import span_ids as current_span_ids
+
+        chain.append(current_span_ids)
     if schema == "ecs":
         return chain
     return [*chain, *([OtelFields()] if schema == "otel" else []), lead_with_when_and_what]
@@ -176,11 +183,12 @@ def configure_logging(
     stream: TextIO | None = None,
     cache: bool = True,
     schema: LogSchema = "otel",
+    span_ids: bool = False,
 ) -> None:
     """Route structlog to `stream` (stdout) as JSON lines in `schema`, or a console renderer."""
     structlog.configure(
         processors=[
-            *shared_processors(schema if log_format == "json" else None),
+            *shared_processors(schema if log_format == "json" else None, span_ids=span_ids),
             _renderer(log_format, schema),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
@@ -277,14 +285,18 @@ def exception_fields(
 
 
 def configure_stdlib_logging(
-    log_format: str = "json", *, stream: TextIO | None = None, schema: LogSchema = "otel"
+    log_format: str = "json",
+    *,
+    stream: TextIO | None = None,
+    schema: LogSchema = "otel",
+    span_ids: bool = False,
 ) -> None:
     """Send stdlib logging (Celery's, kombu's) through the same processors and renderer."""
-    configure_logging(log_format, stream=stream, schema=schema)
+    configure_logging(log_format, stream=stream, schema=schema, span_ids=span_ids)
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[
             structlog.stdlib.add_logger_name,
-            *shared_processors(schema if log_format == "json" else None),
+            *shared_processors(schema if log_format == "json" else None, span_ids=span_ids),
         ],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,

@@ -27,6 +27,7 @@ from contracts import (
 from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
 from contracts.records import REJECTED, SCORED, ContractDriftAlert
+from contracts.trace_ids import checked_trace_id
 from contracts.triage import Triage, row_owner, triage
 from worker.intake import case_id_of, storable
 from worker.redaction import excerpt
@@ -174,6 +175,7 @@ def build_record(
         decision = _decide(message, canonical, policy)
         found = first_triage(message, recorded.first, decision)
     repeat = recorded.cache != "miss"
+    trace_id, trace_warning = checked_trace_id(message.trace_id)
     fields = decision.__dict__.copy()  # its field values: what model_dump() would copy
     fields["owner"] = (
         row_owner(decision, found.findings, contract_drift=True, release_rule=False)
@@ -194,7 +196,8 @@ def build_record(
         observed_value=observed.value if repeat else None,
         observed_reason=observed.reason if repeat else None,
         task_id=delivery.task_id,
-        trace_id=message.trace_id,
+        trace_id=trace_id,
+        warnings=[] if trace_warning is None else [trace_warning],
         line=delivery.line,
         **fields,
     )

@@ -16,6 +16,7 @@ import structlog
 
 from contracts import Policy
 from contracts.records import REJECTED
+from worker import telemetry
 from worker.alerts import AlertSink, WebhookSender
 from worker.errors import InputError, TransientError
 from worker.intake import Body, admit, body_text
@@ -160,8 +161,11 @@ class Service:
         if per_message_ms is not None:
             context["duration_ms"] = round(per_message_ms, 3)
         alerts = drift_alerts = 0
+        exporter = telemetry.active()
         for result in results:
             emit_record(result.record, **context)
+            if exporter is not None:
+                exporter.evaluation(result.record)
             # A replayed alert is raised again: when the first reply was lost, this is the
             # first time anyone hears of it. The alert stream holds it once.
             where = {"line": result.record.line} if result.record.line else {}

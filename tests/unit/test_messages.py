@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from contracts import AttributionResult, ReleaseRow
+from contracts.trace_ids import checked_trace_id
 
 MessageDict = Callable[..., dict[str, Any]]
 
@@ -277,3 +278,33 @@ def test_json_round_trip(message_dict: MessageDict) -> None:
     again = AttributionResult.model_validate_json(json.dumps(original.model_dump(mode="json")))
 
     assert again == original
+
+
+@pytest.mark.parametrize(
+    ("trace_id", "kept", "warning"),
+    [
+        (None, None, None),
+        ("4bf92f3577b34da6a3ce929d0e0e4736", "4bf92f3577b34da6a3ce929d0e0e4736", None),
+        (
+            "4BF92F3577B34DA6A3CE929D0E0E4736",
+            None,
+            "trace_id dropped: not 32 lowercase hex digits (W3C trace-id), got 32 characters",
+        ),
+        (
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            None,
+            "trace_id dropped: not 32 lowercase hex digits (W3C trace-id), got 55 characters",
+        ),
+        (
+            "",
+            None,
+            "trace_id dropped: not 32 lowercase hex digits (W3C trace-id), got 0 characters",
+        ),
+        ("0" * 32, None, "trace_id dropped: all zeros is W3C's invalid trace-id"),
+    ],
+)
+def test_a_trace_id_is_kept_only_as_w3c_defines_one(
+    trace_id: str | None, kept: str | None, warning: str | None
+) -> None:
+    """32 lowercase hex digits, not all zero; anything else is dropped, saying why."""
+    assert checked_trace_id(trace_id) == (kept, warning)

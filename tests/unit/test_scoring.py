@@ -363,15 +363,31 @@ def test_process_unknown_policy_group_is_invalid(
 def test_process_record_carries_delivery_and_trace(
     message: MessageFactory, store: SQLiteStore
 ) -> None:
-    """The task id, input line and trace id reach the record unchanged."""
-    msg = message(trace_id="trace-42", blocking=False)
+    """The task id, input line and a W3C trace id reach the record unchanged."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    msg = message(trace_id=trace_id, blocking=False)
 
     processed = process(
         msg, store=store, policy=None, clock=clock, delivery=Delivery(task_id="task-9", line=3)
     )
 
     assert processed.record == scored(
-        msg, task_id="task-9", line=3, trace_id="trace-42", blocking=False
+        msg, task_id="task-9", line=3, trace_id=trace_id, blocking=False
+    )
+
+
+def test_a_malformed_trace_id_is_dropped_with_a_warning_and_the_row_still_scored(
+    message: MessageFactory, store: SQLiteStore
+) -> None:
+    """A trace_id that is not W3C's never rejects the message: the record says why it has none."""
+    msg = message(trace_id="trace-42")
+
+    processed = process(msg, store=store, policy=None, clock=clock)
+
+    assert processed.record == scored(
+        msg,
+        trace_id=None,
+        warnings=["trace_id dropped: not 32 lowercase hex digits (W3C trace-id), got 8 characters"],
     )
 
 
