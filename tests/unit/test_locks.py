@@ -91,9 +91,16 @@ def test_every_project_dependency_is_pinned_within_its_range(path: Path) -> None
     assert_pinned_within_range(read_lock(path), requirements("runtime"))
 
 
-def test_every_dev_extra_is_pinned_in_the_dev_lock_within_its_range() -> None:
-    """Each requirement of the `dev` extra is pinned in requirements-dev.lock."""
-    assert_pinned_within_range(read_lock(DEV_LOCK), requirements("dev"))
+def extras() -> list[str]:
+    return [group for group in project() if group != "runtime"]
+
+
+def test_every_extra_is_pinned_in_the_dev_lock_within_its_range() -> None:
+    """Each requirement of every extra (`dev` and any optional feature) is pinned in
+    requirements-dev.lock, so the tests run with all of them."""
+    assert "dev" in extras()
+    for group in extras():
+        assert_pinned_within_range(read_lock(DEV_LOCK), requirements(group))
 
 
 def test_development_tools_are_not_in_the_runtime_lock() -> None:
