@@ -231,17 +231,20 @@ def test_dockerfile_is_multi_stage() -> None:
     assert "--from=builder /opt/venv /opt/venv" in [args for kw, args in stages[1] if kw == "COPY"]
 
 
-def test_builder_installs_the_lock_then_the_project_without_deps() -> None:
-    """The lock file is copied and installed first; the project goes in with --no-deps."""
+LOCK_INSTALL = "pip install --no-deps --require-hashes -r requirements.lock"
+
+
+def test_builder_installs_the_runtime_lock_then_the_project_without_deps() -> None:
+    """The runtime lock is copied and installed first, as it is (--no-deps) with hashes
+    required; then the project with --no-deps; the development lock is never installed."""
     builder = dockerfile_stages()[0]
     runs = [args for kw, args in builder if kw == "RUN"]
-    assert "pip install -r requirements.lock" in runs
+    assert LOCK_INSTALL in runs
     assert "pip install --no-deps ." in runs
-    assert runs.index("pip install -r requirements.lock") < runs.index("pip install --no-deps .")
+    assert runs.index(LOCK_INSTALL) < runs.index("pip install --no-deps .")
     assert ("COPY", "requirements.lock ./") in builder
-    assert builder.index(("COPY", "requirements.lock ./")) < builder.index(
-        ("RUN", "pip install -r requirements.lock")
-    )
+    assert builder.index(("COPY", "requirements.lock ./")) < builder.index(("RUN", LOCK_INSTALL))
+    assert not any("requirements-dev" in args for _, args in builder)
 
 
 def test_runtime_runs_as_a_non_root_user() -> None:
@@ -299,8 +302,15 @@ def test_every_copied_path_exists_and_passes_dockerignore() -> None:
 
 
 def test_dockerignore_keeps_local_state_out() -> None:
-    """The virtualenv, git history, tests and local stores never enter the build context."""
-    for path in [".venv/bin/python", ".git/HEAD", "tests/conftest.py", "evidence-coverage.sqlite3"]:
+    """The virtualenv, git history, tests, local stores and the development lock never enter
+    the build context."""
+    for path in [
+        ".venv/bin/python",
+        ".git/HEAD",
+        "tests/conftest.py",
+        "evidence-coverage.sqlite3",
+        "requirements-dev.lock",
+    ]:
         assert not dockerignore_allows(path), path
     assert not dockerignore_allows("worker/__pycache__/app.cpython-311.pyc")
 

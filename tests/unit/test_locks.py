@@ -1,0 +1,144 @@
+"""requirements.lock and requirements-dev.lock agree with pyproject.toml: every dependency pinned
+with hashes, development tools only in the dev lock, the shared pins the same in both."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+
+from tests.conftest import ROOT
+
+LOCK = ROOT / "requirements.lock"
+DEV_LOCK = ROOT / "requirements-dev.lock"
+LOCKS = [pytest.param(LOCK, id="runtime"), pytest.param(DEV_LOCK, id="dev")]
+WRITER = ".ci/lock"
+# Dev extras that a runtime dependency needs too, so they are in the runtime lock by right
+# (langsmith, datasets and huggingface-hub require PyYAML).
+NEEDED_AT_RUNTIME = {"pyyaml"}
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One requirement of a lock file and the hashes pip will accept for it."""
+
+    requirement: Requirement
+    hashes: tuple[str, ...]
+
+    @property
+    def version(self) -> str:
+        (specifier,) = self.requirement.specifier
+        return specifier.version
+
+
+def read_lock(path: Path) -> dict[NormalizedName, Pin]:
+    """The lock's requirements by normalized name, read as pip reads them: backslashes join
+    lines, `#` starts a comment, `--hash` options follow the requirement."""
+    text = re.sub(r"\\\n", " ", path.read_text(encoding="utf-8"))
+    pins: dict[NormalizedName, Pin] = {}
+    for line in text.splitlines():
+        content = re.sub(r"(^|\s)#.*", "", line).strip()
+        if not content:
+            continue
+        requirement, *hashes = content.split(" --hash=")
+        parsed = Requirement(requirement)
+        name = canonicalize_name(parsed.name)
+        assert name not in pins, f"{path.name} pins {name} twice"
+        pins[name] = Pin(parsed, tuple(h.strip() for h in hashes))
+    return pins
+
+
+def project() -> dict[str, list[str]]:
+    metadata = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return {"runtime": metadata["dependencies"], **metadata["optional-dependencies"]}
+
+
+def requirements(group: str) -> list[Requirement]:
+    return [Requirement(line) for line in project()[group]]
+
+
+def assert_pinned_within_range(pins: dict[NormalizedName, Pin], wanted: list[Requirement]) -> None:
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement} is not pinned"
+        version = pins[name].version
+        assert requirement.specifier.contains(version, prereleases=True), (requirement, version)
+
+
+@pytest.mark.parametrize("path", LOCKS)
+def test_every_line_is_an_exact_pin_with_hashes(path: Path) -> None:
+    """Each requirement is `name==version` (a marker at most), with at least one sha256 hash,
+    so pip installs the lock in hash-checking mode."""
+    pins = read_lock(path)
+    assert pins
+    for name, pin in pins.items():
+        (specifier,) = pin.requirement.specifier
+        assert (specifier.operator, "*" in specifier.version) == ("==", False), name
+        assert (pin.requirement.url, pin.requirement.extras) == (None, set()), name
+        assert pin.hashes, f"{name} has no --hash"
+        assert all(h.startswith("sha256:") for h in pin.hashes), name
+
+
+@pytest.mark.parametrize("path", LOCKS)
+def test_every_project_dependency_is_pinned_within_its_range(path: Path) -> None:
+    """Each of pyproject's [project.dependencies] is pinned at a version its range allows."""
+    assert_pinned_within_range(read_lock(path), requirements("runtime"))
+
+
+def extras() -> list[str]:
+    return [group for group in project() if group != "runtime"]
+
+
+def test_every_extra_is_pinned_in_the_dev_lock_within_its_range() -> None:
+    """Each requirement of every extra (`dev` and any optional feature) is pinned in
+    requirements-dev.lock, so the tests run with all of them."""
+    assert "dev" in extras()
+    for group in extras():
+        assert_pinned_within_range(read_lock(DEV_LOCK), requirements(group))
+
+
+def test_development_tools_are_not_in_the_runtime_lock() -> None:
+    """No dev extra that the runtime does not need (pytest, mypy, ruff, hypothesis,
+    fakeredis...) is in requirements.lock, which the image and a user's install get."""
+    tools = {canonicalize_name(r.name) for r in requirements("dev")} - NEEDED_AT_RUNTIME
+    assert {"pytest", "mypy", "ruff", "hypothesis", "fakeredis"} <= tools
+    assert not tools & read_lock(LOCK).keys()
+
+
+def test_the_dev_lock_has_every_runtime_pin_unchanged() -> None:
+    """Every package of the runtime lock is in the dev lock with the same version, marker and
+    hashes, so the tests run on what the image runs."""
+    dev = read_lock(DEV_LOCK)
+    for name, pin in read_lock(LOCK).items():
+        assert name in dev, name
+        assert (str(dev[name].requirement), dev[name].hashes) == (str(pin.requirement), pin.hashes)
+
+
+def test_both_locks_name_the_command_that_writes_them() -> None:
+    """Both headers name .ci/lock, which exists, is executable and is the command README gives."""
+    for path in (LOCK, DEV_LOCK):
+        assert f"#    {WRITER}\n" in path.read_text(encoding="utf-8"), path.name
+    assert os.access(ROOT / WRITER, os.X_OK)
+    assert f"\n{WRITER}  " in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_users_get_the_runtime_lock_and_ci_the_readme_s_test_install() -> None:
+    """README's Install uses requirements.lock; its test instructions and .ci/run use
+    requirements-dev.lock. Both as they are (--no-deps): each lock is complete."""
+    dev_install = "pip install --no-deps -r requirements-dev.lock"
+    assert "pip install --no-deps -r requirements.lock " in readme_section("Install")
+    assert dev_install in readme_section("Run the tests")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert dev_install in ci
+    assert not [line for line in ci if "requirements.lock" in line]
