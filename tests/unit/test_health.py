@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
 from worker import cli, health
 from worker.errors import ConfigurationError
 from worker.health import (
@@ -282,3 +283,12 @@ def test_console_script_runs_health_importing_only_the_standard_library(tmp_path
     )
 
     assert result.stdout.splitlines()[-1] == "0 ['worker', 'worker.entrypoint', 'worker.health']"
+
+
+@pytest.mark.parametrize("variable", ["EVIDENCE_HEARTBEAT_FILE", "EVIDENCE_HEARTBEAT_SECONDS"])
+def test_heartbeat_settings_are_in_the_readme_table(variable: str) -> None:
+    """Each heartbeat setting is a Settings field with a row in the README's settings table."""
+    table = (ROOT / "README.md").read_text("utf-8").split("\n## Settings\n", 1)[1]
+    table = table.split("\n## ", 1)[0]
+    assert variable.removeprefix("EVIDENCE_").lower() in Settings.model_fields
+    assert f"\n| `{variable}` | " in table
