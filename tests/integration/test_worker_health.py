@@ -14,17 +14,26 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
+from kombu import Connection
 
 from contracts.records import SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.fault_proxy import FaultProxy
-from tests.integration.worker_harness import ROOT, Line, Worker, send_scores
+from tests.integration.worker_harness import (
+    AMQP_URL,
+    ROOT,
+    Line,
+    Worker,
+    check_rabbitmq,
+    send_scores,
+)
 from worker.bench.launch import worker_command
 
 pytestmark = pytest.mark.integration
@@ -159,6 +168,57 @@ def test_health_follows_consuming_not_the_process(
         timeout=60,
         what="a record published after recovery",
     )
+
+
+@pytest.fixture
+def amqp_queue() -> Iterator[str]:
+    """A queue of this test's own on RabbitMQ; it and its exchange are deleted afterwards."""
+    check_rabbitmq()
+    name = f"test-queue-{uuid.uuid4().hex[:10]}"
+    yield name
+    with Connection(AMQP_URL, connect_timeout=3) as connection:
+        channel = connection.default_channel
+        channel.queue_delete(name)
+        channel.exchange_delete(name)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("broker", "pool"), [("amqp", "prefork"), ("redis", "solo")], ids=["rabbitmq", "solo-pool"]
+)
+def test_the_heartbeat_runs_on_every_broker_and_pool(
+    broker: str,
+    pool: str,
+    start_worker: Callable[..., Worker],
+    publisher: Callable[..., Celery],
+    queue: str,
+    message_dict: MessageFactory,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """On RabbitMQ, and with the solo pool (tasks in the consumer's own process), the
+    consumer's event loop touches the file once it consumes."""
+    heartbeat = tmp_path / "worker.heartbeat"
+    broker_url, name = (
+        (AMQP_URL, request.getfixturevalue("amqp_queue"))
+        if broker == "amqp"
+        else (harness.BROKER_URL, queue)
+    )
+    worker = start_worker(
+        name,
+        broker_url=broker_url,
+        pool=pool,
+        env={"EVIDENCE_HEARTBEAT_FILE": str(heartbeat), **SHORT_TIMEOUTS},
+    )
+    worker.wait_ready()
+
+    health_until(heartbeat, worker, healthy=True, timeout=HEALTHY_BOUND_SECONDS)
+    send_scores(publisher(broker_url), name, [message_dict(case_id=f"health-{broker}")])
+    worker.wait_until(
+        lambda lines: f"health-{broker}" in scored_cases(lines), timeout=60, what="the record"
+    )
+    time.sleep(2 * MAX_AGE_SECONDS)
+    assert health(heartbeat).returncode == 0
 
 
 @pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from worker import cli, health
+from worker import cli, entrypoint, health
 from worker.errors import ConfigurationError
 from worker.health import (
     EMPTY_FILE_PROBLEM,
@@ -238,6 +238,24 @@ def test_missing_file_exits_1_saying_the_worker_has_not_consumed(
     )
 
 
+def test_empty_heartbeat_file_is_a_configuration_error_of_the_check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The light path says what the worker would say about an empty EVIDENCE_HEARTBEAT_FILE."""
+    monkeypatch.setenv(HEARTBEAT_FILE_ENV, "")
+
+    code = light([])
+
+    assert (code, capsys.readouterr()) == (
+        2,
+        (
+            "",
+            "evidence-worker: configuration error: EVIDENCE_HEARTBEAT_FILE: "
+            f"{EMPTY_FILE_PROBLEM}\n",
+        ),
+    )
+
+
 def test_unset_heartbeat_file_is_a_configuration_error(
     run_health: Callable[[list[str]], int], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -259,6 +277,35 @@ def test_max_age_must_be_a_positive_number(
 
     assert exited.value.code == 2
     assert "argument --max-age: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "out"),
+    [
+        (["health", "--max-age", "30"], 0, "healthy: last heartbeat "),
+        (["--version"], 0, "evidence-worker "),
+    ],
+    ids=["health", "any-other-command"],
+)
+def test_console_script_sends_health_one_way_and_the_rest_the_other(
+    argv: list[str],
+    code: int,
+    out: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`evidence-worker health` takes the light path; every other command the whole one."""
+    path = tmp_path / "heartbeat"
+    path.touch()
+    monkeypatch.setenv(HEARTBEAT_FILE_ENV, str(path))
+    monkeypatch.setattr(sys, "argv", ["evidence-worker", *argv])
+
+    with pytest.raises(SystemExit) as exited:
+        entrypoint.run()
+
+    assert exited.value.code == code
+    assert capsys.readouterr().out.startswith(out)
 
 
 def test_console_script_runs_health_importing_only_the_standard_library(tmp_path: Path) -> None:
