@@ -3,8 +3,9 @@ and `evidence-worker health` judges its age, for Docker's HEALTHCHECK and Kubern
 
 Standard library only, and it reads its one setting, EVIDENCE_HEARTBEAT_FILE, from the
 environment itself rather than through Settings: a probe runs this every few seconds, and
-importing pydantic alone costs ten times what the check does. Settings declares the same
-variable with the same rules (tests/unit/test_health.py holds the two to agreement).
+importing pydantic for Settings would cost many times what the check itself does. Settings
+declares the same variable with the same rules (tests/unit/test_health.py holds the two to
+agreement).
 """
 
 from __future__ import annotations
@@ -123,6 +124,14 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def file_path(text: str) -> Path:
+    """argparse type: a path that is not empty (Path("") is the working directory, whose
+    modification time would pass for a heartbeat)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty: name the heartbeat file")
+    return Path(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's options, the same under `evidence-worker` and on its light path."""
     parser.add_argument(
@@ -135,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--file",
         metavar="PATH",
-        type=Path,
+        type=file_path,
         default=None,
         help=f"the heartbeat file (default: ${HEARTBEAT_FILE_ENV})",
     )

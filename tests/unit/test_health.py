@@ -267,16 +267,29 @@ def test_unset_heartbeat_file_is_a_configuration_error(
     )
 
 
-@pytest.mark.parametrize("max_age", ["0", "-1", "soon", "nan"])
-def test_max_age_must_be_a_positive_number(
-    run_health: Callable[[list[str]], int], max_age: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("--max-age", "0", "must be above 0, got 0"),
+        ("--max-age", "-1", "must be above 0, got -1"),
+        ("--max-age", "nan", "must be above 0, got nan"),
+        ("--max-age", "soon", "'soon' is not a number of seconds"),
+        ("--file", "", "empty: name the heartbeat file"),
+    ],
+)
+def test_bad_options_are_usage_errors(
+    run_health: Callable[[list[str]], int],
+    option: str,
+    value: str,
+    problem: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A usage error exits 2, naming the option."""
+    """A usage error exits 2, naming the option and what is wrong with its value."""
     with pytest.raises(SystemExit) as exited:
-        run_health(["--max-age", max_age])
+        run_health([option, value])
 
     assert exited.value.code == 2
-    assert "argument --max-age: " in capsys.readouterr().err
+    assert capsys.readouterr().err.endswith(f"health: error: argument {option}: {problem}\n")
 
 
 @pytest.mark.parametrize(
