@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Celery, signals
 
-from worker import metrics, telemetry
+from worker import health, metrics, telemetry
 from worker.constants import RECONCILE
 from worker.errors import ConfigurationError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
@@ -194,8 +194,9 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
         self._service_pid = os.getpid()
 
     def check_configuration(self) -> None:
-        """Raise ConfigurationError for a policy or a store the service could not use. A store
-        that does not answer now is not one: the worker starts, and its tasks retry."""
+        """Raise ConfigurationError for a policy, a store or a heartbeat directory the worker
+        could not use. A store that does not answer now is not one: the worker starts, and its
+        tasks retry."""
         from contracts import PolicyError
         from worker.errors import TransientError
         from worker.stores import open_store
@@ -204,6 +205,9 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
             self.settings.load_policy()
         except PolicyError as error:
             raise ConfigurationError(str(error)) from None
+        heartbeat = self.settings.heartbeat_file
+        if heartbeat is not None and (problem := health.directory_problem(heartbeat)):
+            raise ConfigurationError(problem)
         store = open_store(self.settings.result_store_url, self.settings)
         try:
             store.alerts(limit=1)  # a read: the login and the database are the server's to judge

