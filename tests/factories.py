@@ -74,6 +74,8 @@ def expected_scored(
         "observed_reason": None,
         "task_id": None,
         "trace_id": None,
+        "produced_at": None,
+        "recorded_at": FIXED_NOW,
         "line": None,
         **fields,
     }
@@ -105,6 +107,8 @@ def expected_rejected(reason: str, **fields: Any) -> dict[str, Any]:
         "observed_reason": None,
         "task_id": None,
         "trace_id": None,
+        "produced_at": None,
+        "recorded_at": FIXED_NOW,
         "line": None,
         **fields,
     }
