@@ -6,7 +6,9 @@ are never mixed in one aggregate; only valid rows enter means, min/max and histo
 Triage (SPEC §9) adds per group: rows per owner (all five), the most often missing claim IDs
 with their dominant finding, a warning when coverage can take only a few values, the policy
 thresholds, and both alert kinds. Records written before triage lack `missing_claim_ids` and
-`findings`: they are counted as such, never read as "nothing missing".
+`findings`: they are counted as such, never read as "nothing missing". Days (per contract
+version, when the records span more than one) are `report_time`'s; records written before
+records carried times are counted apart there, never placed on a day.
 """
 
 from __future__ import annotations
@@ -17,14 +19,27 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.messages import UtcDatetime, as_utc
 from contracts.metric import RAGAS_ERROR_PREFIX
 from contracts.outcomes import CacheOutcome, Owner, Status
 from contracts.records import CONTRACT_DRIFT, NONDETERMINISM, AlertKind
 from worker.intake import describe_validation_error
+from worker.report_time import (
+    DEFAULT_TIME_FIELD,
+    DayReport,
+    Span,
+    TimeField,
+    days_text,
+    per_day,
+    span_line,
+    span_of,
+    utc_day,
+)
 
 REJECTED_LABEL = "(rejected before scoring)"
 NO_GROUP_LABEL = "(no group)"
@@ -36,6 +51,7 @@ BINS = 10
 TOP_REASONS = 5
 TOP_MISSING_CLAIMS = 5
 MAX_UNREADABLE_SHOWN = 20
+MAX_ALERT_HASHES_SHOWN = 50
 # Every owner is listed, with its zero: "retrieval 0" is an answer, a missing key is not.
 OWNERS: tuple[Owner, ...] = ("attribution", "retrieval", "product", "evaluation-data")
 OWNERS += ("release-rule",)
@@ -53,6 +69,14 @@ SPARSE_WARNING = (
 # the reason's two numbers are plain integers, so it is read back without ambiguity (unlike
 # its missing= list, whose IDs may hold "," or ";").
 VALID_REASON = re.compile(r"supported=(\d+); required=(\d+); missing=")
+# The reasons that end in a list of claim IDs (SPEC §1 rules 2 and 4, SPEC §9's schema error):
+# grouped on their words, or each list of IDs would be a reason of its own. The list runs to
+# the end of the reason: IDs may hold "," or ";", so nothing after the colon is words.
+IDS_REASON = re.compile(
+    r"(contains duplicate claim IDs|contains unknown IDs|names unknown claim IDs): .*\Z", re.S
+)
+IDS_PLACEHOLDER = "<ids>"
+EXAMPLES_PER_REASON = 2
 
 
 class ReportedFinding(BaseModel):
@@ -90,6 +114,13 @@ class ReportedRecord(BaseModel):
     # means "not recorded", which a valid row written since never says.
     missing_claim_ids: list[str] | None = None
     findings: list[ReportedFinding] | None = None
+    # None in records written before records carried times: never placed on a day.
+    produced_at: UtcDatetime | None = None
+    recorded_at: UtcDatetime | None = None
+
+    def day(self, field: TimeField) -> date | None:
+        """The UTC day of this record's `field` time; None when it has none."""
+        return utc_day(self.recorded_at if field == "recorded_at" else self.produced_at)
 
     @property
     def valid_value(self) -> float | None:
@@ -119,11 +150,13 @@ class OtherLine:
 @dataclass(frozen=True)
 class AlertLine:
     """What places an alert line: its kind, the input hash it names, and the contract version
-    when the line itself carries one (a contract_drift alert does; a nondeterminism one not)."""
+    when the line itself carries one (a contract_drift alert does; a nondeterminism one not);
+    its `raised_at` (None when absent or unreadable) puts it on a day."""
 
     kind: AlertKind
     input_hash: str | None
     contract_version: str | None
+    raised_at: datetime | None = None
 
 
 class UnreadableLineError(ValueError):
@@ -144,8 +177,14 @@ class ValueStats(ReportModel):
 
 
 class ReasonCount(ReportModel):
+    """Invalid rows with one reason; or, when several reasons differ only in the claim IDs
+    they end with, their template (`...: <ids>`), with `examples` giving two of them verbatim,
+    most frequent first, and `distinct` how many different ones there were."""
+
     reason: str
     count: int
+    distinct: int = 1
+    examples: list[str] = Field(default_factory=list)
 
 
 class PolicyVersionCount(ReportModel):
@@ -210,11 +249,25 @@ class VersionReport(ReportModel):
     nondeterminism_alerts: int
     contract_drift_alerts: int
     groups: list[GroupReport]
+    # Per UTC day, only when the report's records span more than one day (Report.span);
+    # `undated`: this version's records without the report's time field, on no day.
+    days: list[DayReport] = Field(default_factory=list)
+    undated: int = 0
 
 
 class UnreadableLine(ReportModel):
     line: int
     error: str
+
+
+class AlertHash(ReportModel):
+    """An input hash named by alerts of one kind: what `show` and `explain` look up."""
+
+    kind: AlertKind
+    input_hash: str
+    contract_version: str | None
+    alerts: int
+    first_raised_at: datetime | None
 
 
 class Report(ReportModel):
@@ -228,6 +281,10 @@ class Report(ReportModel):
     contract_drift_alerts: int
     unmatched_contract_drift_alerts: int
     contract_versions: list[VersionReport]
+    # Distinct (kind, hash) of the alerts, first raised first; the first 50.
+    alert_hashes: list[AlertHash] = Field(default_factory=list)
+    alert_hashes_not_shown: int = 0
+    span: Span
 
 
 def parse_line(body: bytes) -> ReportedRecord | OtherLine:
@@ -251,8 +308,24 @@ def parse_line(body: bytes) -> ReportedRecord | OtherLine:
     if kind is None:
         return OtherLine(event)
     return OtherLine(
-        event, AlertLine(kind, _text(data, "input_hash"), _text(data, "contract_version"))
+        event,
+        AlertLine(
+            kind,
+            _text(data, "input_hash"),
+            _text(data, "contract_version"),
+            _moment(data.get("raised_at")),
+        ),
     )
+
+
+def _moment(value: object) -> datetime | None:
+    """An alert line's ISO 8601 time in UTC; None when absent or unreadable (it only places it)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(value))
+    except ValueError:
+        return None
 
 
 def _text(data: dict[str, object], key: str) -> str | None:
@@ -261,8 +334,12 @@ def _text(data: dict[str, object], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
-    """Read numbered lines (as `read_jsonl` yields them) into a report; never raises on a line."""
+def build_report(
+    lines: Iterable[tuple[int, bytes]], *, source: str, time_field: TimeField = DEFAULT_TIME_FIELD
+) -> Report:
+    """Read numbered lines (as `read_jsonl` yields them) into a report; never raises on a line.
+
+    `time_field` is the record time that puts records on days."""
     records: list[ReportedRecord] = []
     skipped: Counter[str] = Counter()
     alerts: list[AlertLine] = []
@@ -279,7 +356,9 @@ def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
         skipped[parsed.event] += 1
         if parsed.alert is not None:
             alerts.append(parsed.alert)
-    versions = aggregate(records, alerts)
+    span = span_of([record.day(time_field) for record in records], time_field)
+    versions = aggregate(records, alerts, span=span)
+    hashes = alert_hashes(records, alerts)
     totals = Counter(alert.kind for alert in alerts)
     matched_nondeterminism = sum(version.nondeterminism_alerts for version in versions)
     matched_drift = sum(version.contract_drift_alerts for version in versions)
@@ -294,16 +373,19 @@ def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
         contract_drift_alerts=totals["contract_drift"],
         unmatched_contract_drift_alerts=totals["contract_drift"] - matched_drift,
         contract_versions=versions,
+        alert_hashes=hashes[:MAX_ALERT_HASHES_SHOWN],
+        alert_hashes_not_shown=max(len(hashes) - MAX_ALERT_HASHES_SHOWN, 0),
+        span=span,
     )
 
 
 Place = tuple[str | None, str | None]  # (contract_version, policy_group)
 
 
-def place_alerts(
+def locate_alerts(
     records: Sequence[ReportedRecord], alerts: Iterable[AlertLine]
-) -> tuple[Counter[tuple[Place, AlertKind]], Counter[tuple[str | None, AlertKind]]]:
-    """Alert counts per (group, kind) and per (contract version, kind).
+) -> list[tuple[AlertLine, str | None, Place | None]]:
+    """Each alert with its contract version and (version, group) place, None where unplaced.
 
     An alert is placed through the record in the same file carrying its input hash (the hash
     covers the contract version; the record names the group). A contract_drift alert whose
@@ -317,26 +399,76 @@ def place_alerts(
             place_of_hash.setdefault(
                 record.input_hash, (record.contract_version, record.policy_group)
             )
-    by_group: Counter[tuple[Place, AlertKind]] = Counter()
-    by_version: Counter[tuple[str | None, AlertKind]] = Counter()
+    located: list[tuple[AlertLine, str | None, Place | None]] = []
     for alert in alerts:
         if alert.input_hash is not None and (place := place_of_hash.get(alert.input_hash)):
-            by_group[place, alert.kind] += 1
-            by_version[place[0], alert.kind] += 1
+            located.append((alert, place[0], place))
         elif alert.contract_version is not None and alert.contract_version in versions:
-            by_version[alert.contract_version, alert.kind] += 1
+            located.append((alert, alert.contract_version, None))
+        else:
+            located.append((alert, None, None))
+    return located
+
+
+def place_alerts(
+    located: Iterable[tuple[AlertLine, str | None, Place | None]],
+) -> tuple[Counter[tuple[Place, AlertKind]], Counter[tuple[str | None, AlertKind]]]:
+    """Alert counts per (group, kind) and per (contract version, kind)."""
+    by_group: Counter[tuple[Place, AlertKind]] = Counter()
+    by_version: Counter[tuple[str | None, AlertKind]] = Counter()
+    for alert, version, place in located:
+        if place is not None:
+            by_group[place, alert.kind] += 1
+        if version is not None:
+            by_version[version, alert.kind] += 1
     return by_group, by_version
 
 
+def alert_hashes(records: Sequence[ReportedRecord], alerts: Iterable[AlertLine]) -> list[AlertHash]:
+    """The hashes alerts name, once per kind, first raised first (alerts with no time last),
+    then by hash: what a reviewer opens with `show` and `explain`."""
+    found: dict[tuple[AlertKind, str], list[tuple[AlertLine, str | None]]] = defaultdict(list)
+    for alert, version, _ in locate_alerts(records, alerts):
+        if alert.input_hash is not None:
+            found[alert.kind, alert.input_hash].append((alert, version))
+    listed = []
+    for (kind, hash_), named in found.items():
+        times = [alert.raised_at for alert, _ in named if alert.raised_at is not None]
+        version = next((version for _, version in named if version is not None), None)
+        first = min(times) if times else None
+        listed.append(
+            AlertHash(
+                kind=kind,
+                input_hash=hash_,
+                contract_version=version,
+                alerts=len(named),
+                first_raised_at=first,
+            )
+        )
+    return sorted(
+        listed,
+        key=lambda a: (
+            a.first_raised_at is None,
+            a.first_raised_at or datetime.min,
+            a.input_hash,
+            a.kind,
+        ),
+    )
+
+
 def aggregate(
-    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine] = ()
+    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine] = (), *, span: Span | None = None
 ) -> list[VersionReport]:
-    """Per contract version (sorted; rejected last), per policy group (sorted)."""
+    """Per contract version (sorted; rejected last), per policy group (sorted); per day too
+    when `span` covers more than one day."""
     by_version: defaultdict[str | None, defaultdict[str | None, list[ReportedRecord]]]
     by_version = defaultdict(lambda: defaultdict(list))
     for record in records:
         by_version[record.contract_version][record.policy_group].append(record)
-    by_group, alerts_by_version = place_alerts(records, alerts)
+    located = locate_alerts(records, alerts)
+    by_group, alerts_by_version = place_alerts(located)
+    days = span is not None and span.first_day != span.last_day
+    field = span.field if span is not None else DEFAULT_TIME_FIELD
     return [
         VersionReport(
             contract_version=version,
@@ -357,6 +489,25 @@ def aggregate(
                 )
                 for group in sorted(by_version[version], key=_none_last)
             ],
+            days=per_day(
+                [
+                    (record.day(field), record.valid_value)
+                    for rows in by_version[version].values()
+                    for record in rows
+                ],
+                [
+                    (utc_day(alert.raised_at), alert.kind)
+                    for alert, placed_version, _ in located
+                    if placed_version == version and placed_version is not None
+                ],
+            )
+            if days
+            else [],
+            undated=sum(
+                record.day(field) is None
+                for rows in by_version[version].values()
+                for record in rows
+            ),
         )
         for version in sorted(by_version, key=_none_last)
     ]
@@ -464,12 +615,41 @@ def value_stats(values: Sequence[float]) -> ValueStats:
     )
 
 
+def reason_template(reason: str) -> str:
+    """The reason with a trailing list of claim IDs as `<ids>`; other reasons as they are."""
+    return IDS_REASON.sub(rf"\1: {IDS_PLACEHOLDER}", reason, count=1)
+
+
 def top_reasons(invalid: Sequence[ReportedRecord], limit: int = TOP_REASONS) -> list[ReasonCount]:
-    """Most frequent first; ties in reason order, so the same records give the same report."""
+    """Most frequent first; ties in reason order, so the same records give the same report.
+
+    Reasons that differ only in their list of claim IDs count as one (their template), with
+    two of them as examples: "duplicate claim IDs: a,b" and "...: c" are one problem."""
     # Grouped on the metric's own words: Ragas's prefix tells a reader of this report nothing.
     counts = Counter(record.reason.removeprefix(RAGAS_ERROR_PREFIX) for record in invalid)
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return [ReasonCount(reason=reason, count=count) for reason, count in ranked[:limit]]
+    templates: defaultdict[str, Counter[str]] = defaultdict(Counter)
+    for reason, count in counts.items():
+        templates[reason_template(reason)][reason] = count
+    # Ties in the order of what is shown: the reason itself when a template stands for one.
+    ranked = sorted(
+        templates.items(),
+        key=lambda item: (-item[1].total(), min(item[1]) if len(item[1]) == 1 else item[0]),
+    )
+    return [reason_count(template, reasons) for template, reasons in ranked[:limit]]
+
+
+def reason_count(template: str, reasons: Counter[str]) -> ReasonCount:
+    """One reason as it is, or a template standing for several with two examples."""
+    if len(reasons) == 1:
+        (reason,) = reasons
+        return ReasonCount(reason=reason, count=reasons.total())
+    ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    return ReasonCount(
+        reason=template,
+        count=reasons.total(),
+        distinct=len(reasons),
+        examples=[reason for reason, _ in ranked[:EXAMPLES_PER_REASON]],
+    )
 
 
 def histogram(values: Iterable[float | None]) -> list[int]:
@@ -602,12 +782,41 @@ def group_notes(group: GroupReport) -> list[str]:
             f"alerts: nondeterminism {group.nondeterminism_alerts}, "
             f"contract drift {group.contract_drift_alerts}"
         )
-    return notes + [f"invalid x{r.count}: {r.reason}" for r in group.invalid.top_reasons]
+    return notes + [reason_note(r) for r in group.invalid.top_reasons]
+
+
+def reason_note(reason: ReasonCount) -> str:
+    """'invalid x3: required_claim_ids contains duplicate claim IDs: <ids> (2 different; e.g.
+    ...: a,b | ...: c)': a template says how many reasons it stands for and shows two."""
+    note = f"invalid x{reason.count}: {reason.reason}"
+    if reason.examples:
+        note += f" ({reason.distinct} different; e.g. {' | '.join(reason.examples)})"
+    return note
+
+
+def inspect_commands(input_hash: str) -> list[str]:
+    """The commands that open the rows behind an alert's hash."""
+    return [f"evidence-worker show {input_hash}", f"evidence-worker explain {input_hash}"]
+
+
+def alert_hash_lines(report: Report) -> list[str]:
+    """Each hash named by alerts, with how to open it."""
+    out = [
+        f"alert {a.kind} x{a.alerts}: {a.input_hash} "
+        f"(contract version {a.contract_version or 'not in this file'}): "
+        + "; ".join(inspect_commands(a.input_hash))
+        for a in report.alert_hashes
+    ]
+    if report.alert_hashes_not_shown:
+        out.append(f"alert hashes not shown: {report.alert_hashes_not_shown}")
+    return out
 
 
 def render_text(report: Report) -> str:
     """The human-readable report: one table per contract version, then notes per group."""
     out = [f"report: {headline(report)}"]
+    if (days := span_line(report.span)) is not None:
+        out.append(days)
     out += [f"unreadable line {u.line}: {u.error}" for u in report.unreadable_lines]
     if (hidden := report.unreadable - len(report.unreadable_lines)) > 0:
         out.append(f"unreadable lines not shown: {hidden}")
@@ -620,4 +829,7 @@ def render_text(report: Report) -> str:
         ]
         for group in version.groups:
             out += [f"  {group_label(group.policy_group)}: {note}" for note in group_notes(group)]
+        out += days_text(version.days, version.undated, report.span.field)
+    if report.alert_hashes:
+        out += ["", *alert_hash_lines(report)]
     return "\n".join(out)

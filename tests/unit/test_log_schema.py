@@ -140,7 +140,9 @@ def test_record_lines_carry_their_times_as_iso_utc_text(
     store's clock; a rejection's time) are ISO 8601 text ending in Z, like timestamp."""
     scored, rejected, conflict, _ = emitted(schema)
 
-    assert [(line["produced_at"], line["recorded_at"]) for line in (scored, rejected, conflict)] == [
+    assert [
+        (line["produced_at"], line["recorded_at"]) for line in (scored, rejected, conflict)
+    ] == [
         ("2026-12-01T07:30:00Z", "2026-12-01T12:00:00Z"),
         (None, "2026-12-01T12:00:00Z"),
         (None, "2026-12-01T12:00:00Z"),
