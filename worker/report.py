@@ -19,16 +19,26 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
-from typing import Final, Literal
+from datetime import date
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contracts.messages import UtcDatetime, as_utc
-from contracts.metric import RAGAS_ERROR_PREFIX
+from contracts.messages import UtcDatetime
 from contracts.outcomes import CacheOutcome, Owner, Status
-from contracts.records import CONTRACT_DRIFT, NONDETERMINISM, AlertKind
 from worker.intake import describe_validation_error
+from worker.report_alerts import (
+    KIND_OF_EVENT,
+    MAX_ALERT_HASHES_SHOWN,
+    AlertHash,
+    AlertLine,
+    Located,
+    alert_hash_lines,
+    alert_hashes,
+    locate_alerts,
+    place_alerts,
+)
+from worker.report_reasons import ReasonCount, reason_note, top_reasons
 from worker.report_time import (
     DEFAULT_TIME_FIELD,
     DayReport,
@@ -48,17 +58,11 @@ STATUSES: tuple[Status, ...] = ("pass", "fail", "invalid", "scored")
 CACHE_OUTCOMES: tuple[CacheOutcome, ...] = ("miss", "hit", "conflict")
 VALID_STATUSES = frozenset({"pass", "fail", "scored"})
 BINS = 10
-TOP_REASONS = 5
 TOP_MISSING_CLAIMS = 5
 MAX_UNREADABLE_SHOWN = 20
-MAX_ALERT_HASHES_SHOWN = 50
 # Every owner is listed, with its zero: "retrieval 0" is an answer, a missing key is not.
 OWNERS: tuple[Owner, ...] = ("attribution", "retrieval", "product", "evaluation-data")
 OWNERS += ("release-rule",)
-KIND_OF_EVENT: Final[dict[str, AlertKind]] = {
-    NONDETERMINISM: "nondeterminism",
-    CONTRACT_DRIFT: "contract_drift",
-}
 # With m required claims coverage takes m + 1 values; at m <= 2 a mean or a threshold on it
 # hides which claim is missing, which is all there is to know.
 SPARSE_MAX_REQUIRED = 2
@@ -69,14 +73,6 @@ SPARSE_WARNING = (
 # the reason's two numbers are plain integers, so it is read back without ambiguity (unlike
 # its missing= list, whose IDs may hold "," or ";").
 VALID_REASON = re.compile(r"supported=(\d+); required=(\d+); missing=")
-# The reasons that end in a list of claim IDs (SPEC §1 rules 2 and 4, SPEC §9's schema error):
-# grouped on their words, or each list of IDs would be a reason of its own. The list runs to
-# the end of the reason: IDs may hold "," or ";", so nothing after the colon is words.
-IDS_REASON = re.compile(
-    r"(contains duplicate claim IDs|contains unknown IDs|names unknown claim IDs): .*\Z", re.S
-)
-IDS_PLACEHOLDER = "<ids>"
-EXAMPLES_PER_REASON = 2
 
 
 class ReportedFinding(BaseModel):
@@ -147,18 +143,6 @@ class OtherLine:
     alert: AlertLine | None = None
 
 
-@dataclass(frozen=True)
-class AlertLine:
-    """What places an alert line: its kind, the input hash it names, and the contract version
-    when the line itself carries one (a contract_drift alert does; a nondeterminism one not);
-    its `raised_at` (None when absent or unreadable) puts it on a day."""
-
-    kind: AlertKind
-    input_hash: str | None
-    contract_version: str | None
-    raised_at: datetime | None = None
-
-
 class UnreadableLineError(ValueError):
     """Raised when a line is not a JSON object, or claims to be a record but is not one."""
 
@@ -174,17 +158,6 @@ class ValueStats(ReportModel):
     mean: float | None
     min: float | None
     max: float | None
-
-
-class ReasonCount(ReportModel):
-    """Invalid rows with one reason; or, when several reasons differ only in the claim IDs
-    they end with, their template (`...: <ids>`), with `examples` giving two of them verbatim,
-    most frequent first, and `distinct` how many different ones there were."""
-
-    reason: str
-    count: int
-    distinct: int = 1
-    examples: list[str] = Field(default_factory=list)
 
 
 class PolicyVersionCount(ReportModel):
@@ -260,16 +233,6 @@ class UnreadableLine(ReportModel):
     error: str
 
 
-class AlertHash(ReportModel):
-    """An input hash named by alerts of one kind: what `show` and `explain` look up."""
-
-    kind: AlertKind
-    input_hash: str
-    contract_version: str | None
-    alerts: int
-    first_raised_at: datetime | None
-
-
 class Report(ReportModel):
     source: str
     records: int
@@ -307,31 +270,7 @@ def parse_line(body: bytes) -> ReportedRecord | OtherLine:
     kind = KIND_OF_EVENT.get(event)
     if kind is None:
         return OtherLine(event)
-    return OtherLine(
-        event,
-        AlertLine(
-            kind,
-            _text(data, "input_hash"),
-            _text(data, "contract_version"),
-            _moment(data.get("raised_at")),
-        ),
-    )
-
-
-def _moment(value: object) -> datetime | None:
-    """An alert line's ISO 8601 time in UTC; None when absent or unreadable (it only places it)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return as_utc(datetime.fromisoformat(value))
-    except ValueError:
-        return None
-
-
-def _text(data: dict[str, object], key: str) -> str | None:
-    """A string field of an alert line, None when absent or not a string (it only places it)."""
-    value = data.get(key)
-    return value if isinstance(value, str) else None
+    return OtherLine(event, AlertLine.of(kind, data))
 
 
 def build_report(
@@ -357,8 +296,9 @@ def build_report(
         if parsed.alert is not None:
             alerts.append(parsed.alert)
     span = span_of([record.day(time_field) for record in records], time_field)
-    versions = aggregate(records, alerts, span=span)
-    hashes = alert_hashes(records, alerts)
+    located = locate_alerts(records, alerts)
+    versions = aggregate(records, located, span=span)
+    hashes = alert_hashes(located)
     totals = Counter(alert.kind for alert in alerts)
     matched_nondeterminism = sum(version.nondeterminism_alerts for version in versions)
     matched_drift = sum(version.contract_drift_alerts for version in versions)
@@ -379,85 +319,8 @@ def build_report(
     )
 
 
-Place = tuple[str | None, str | None]  # (contract_version, policy_group)
-
-
-def locate_alerts(
-    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine]
-) -> list[tuple[AlertLine, str | None, Place | None]]:
-    """Each alert with its contract version and (version, group) place, None where unplaced.
-
-    An alert is placed through the record in the same file carrying its input hash (the hash
-    covers the contract version; the record names the group). A contract_drift alert whose
-    hash has no record here still names its contract version: it counts for that version,
-    under no group. An alert placed by neither is left out (the headline counts it).
-    """
-    place_of_hash: dict[str, Place] = {}
-    versions = {record.contract_version for record in records}
-    for record in records:
-        if record.input_hash is not None:
-            place_of_hash.setdefault(
-                record.input_hash, (record.contract_version, record.policy_group)
-            )
-    located: list[tuple[AlertLine, str | None, Place | None]] = []
-    for alert in alerts:
-        if alert.input_hash is not None and (place := place_of_hash.get(alert.input_hash)):
-            located.append((alert, place[0], place))
-        elif alert.contract_version is not None and alert.contract_version in versions:
-            located.append((alert, alert.contract_version, None))
-        else:
-            located.append((alert, None, None))
-    return located
-
-
-def place_alerts(
-    located: Iterable[tuple[AlertLine, str | None, Place | None]],
-) -> tuple[Counter[tuple[Place, AlertKind]], Counter[tuple[str | None, AlertKind]]]:
-    """Alert counts per (group, kind) and per (contract version, kind)."""
-    by_group: Counter[tuple[Place, AlertKind]] = Counter()
-    by_version: Counter[tuple[str | None, AlertKind]] = Counter()
-    for alert, version, place in located:
-        if place is not None:
-            by_group[place, alert.kind] += 1
-        if version is not None:
-            by_version[version, alert.kind] += 1
-    return by_group, by_version
-
-
-def alert_hashes(records: Sequence[ReportedRecord], alerts: Iterable[AlertLine]) -> list[AlertHash]:
-    """The hashes alerts name, once per kind, first raised first (alerts with no time last),
-    then by hash: what a reviewer opens with `show` and `explain`."""
-    found: dict[tuple[AlertKind, str], list[tuple[AlertLine, str | None]]] = defaultdict(list)
-    for alert, version, _ in locate_alerts(records, alerts):
-        if alert.input_hash is not None:
-            found[alert.kind, alert.input_hash].append((alert, version))
-    listed = []
-    for (kind, hash_), named in found.items():
-        times = [alert.raised_at for alert, _ in named if alert.raised_at is not None]
-        version = next((version for _, version in named if version is not None), None)
-        first = min(times) if times else None
-        listed.append(
-            AlertHash(
-                kind=kind,
-                input_hash=hash_,
-                contract_version=version,
-                alerts=len(named),
-                first_raised_at=first,
-            )
-        )
-    return sorted(
-        listed,
-        key=lambda a: (
-            a.first_raised_at is None,
-            a.first_raised_at or datetime.min,
-            a.input_hash,
-            a.kind,
-        ),
-    )
-
-
 def aggregate(
-    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine] = (), *, span: Span | None = None
+    records: Sequence[ReportedRecord], located: Iterable[Located] = (), *, span: Span | None = None
 ) -> list[VersionReport]:
     """Per contract version (sorted; rejected last), per policy group (sorted); per day too
     when `span` covers more than one day."""
@@ -465,7 +328,7 @@ def aggregate(
     by_version = defaultdict(lambda: defaultdict(list))
     for record in records:
         by_version[record.contract_version][record.policy_group].append(record)
-    located = locate_alerts(records, alerts)
+    located = list(located)
     by_group, alerts_by_version = place_alerts(located)
     days = span is not None and span.first_day != span.last_day
     field = span.field if span is not None else DEFAULT_TIME_FIELD
@@ -540,7 +403,9 @@ def summarize_group(
         statuses={status: statuses[status] for status in STATUSES},
         cache={outcome: cache[outcome] for outcome in CACHE_OUTCOMES},
         valid=value_stats([v for r in records if (v := r.valid_value) is not None]),
-        invalid=InvalidSummary(count=len(invalid), top_reasons=top_reasons(invalid)),
+        invalid=InvalidSummary(
+            count=len(invalid), top_reasons=top_reasons(record.reason for record in invalid)
+        ),
         owners={owner: owners[owner] for owner in OWNERS},
         no_owner=sum(record.owner is None for record in records),
         missing_claims=top_missing_claims(records),
@@ -612,43 +477,6 @@ def value_stats(values: Sequence[float]) -> ValueStats:
         return ValueStats(count=0, mean=None, min=None, max=None)
     return ValueStats(
         count=len(values), mean=math.fsum(values) / len(values), min=min(values), max=max(values)
-    )
-
-
-def reason_template(reason: str) -> str:
-    """The reason with a trailing list of claim IDs as `<ids>`; other reasons as they are."""
-    return IDS_REASON.sub(rf"\1: {IDS_PLACEHOLDER}", reason, count=1)
-
-
-def top_reasons(invalid: Sequence[ReportedRecord], limit: int = TOP_REASONS) -> list[ReasonCount]:
-    """Most frequent first; ties in reason order, so the same records give the same report.
-
-    Reasons that differ only in their list of claim IDs count as one (their template), with
-    two of them as examples: "duplicate claim IDs: a,b" and "...: c" are one problem."""
-    # Grouped on the metric's own words: Ragas's prefix tells a reader of this report nothing.
-    counts = Counter(record.reason.removeprefix(RAGAS_ERROR_PREFIX) for record in invalid)
-    templates: defaultdict[str, Counter[str]] = defaultdict(Counter)
-    for reason, count in counts.items():
-        templates[reason_template(reason)][reason] = count
-    # Ties in the order of what is shown: the reason itself when a template stands for one.
-    ranked = sorted(
-        templates.items(),
-        key=lambda item: (-item[1].total(), min(item[1]) if len(item[1]) == 1 else item[0]),
-    )
-    return [reason_count(template, reasons) for template, reasons in ranked[:limit]]
-
-
-def reason_count(template: str, reasons: Counter[str]) -> ReasonCount:
-    """One reason as it is, or a template standing for several with two examples."""
-    if len(reasons) == 1:
-        (reason,) = reasons
-        return ReasonCount(reason=reason, count=reasons.total())
-    ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
-    return ReasonCount(
-        reason=template,
-        count=reasons.total(),
-        distinct=len(reasons),
-        examples=[reason for reason, _ in ranked[:EXAMPLES_PER_REASON]],
     )
 
 
@@ -785,33 +613,6 @@ def group_notes(group: GroupReport) -> list[str]:
     return notes + [reason_note(r) for r in group.invalid.top_reasons]
 
 
-def reason_note(reason: ReasonCount) -> str:
-    """'invalid x3: required_claim_ids contains duplicate claim IDs: <ids> (2 different; e.g.
-    ...: a,b | ...: c)': a template says how many reasons it stands for and shows two."""
-    note = f"invalid x{reason.count}: {reason.reason}"
-    if reason.examples:
-        note += f" ({reason.distinct} different; e.g. {' | '.join(reason.examples)})"
-    return note
-
-
-def inspect_commands(input_hash: str) -> list[str]:
-    """The commands that open the rows behind an alert's hash."""
-    return [f"evidence-worker show {input_hash}", f"evidence-worker explain {input_hash}"]
-
-
-def alert_hash_lines(report: Report) -> list[str]:
-    """Each hash named by alerts, with how to open it."""
-    out = [
-        f"alert {a.kind} x{a.alerts}: {a.input_hash} "
-        f"(contract version {a.contract_version or 'not in this file'}): "
-        + "; ".join(inspect_commands(a.input_hash))
-        for a in report.alert_hashes
-    ]
-    if report.alert_hashes_not_shown:
-        out.append(f"alert hashes not shown: {report.alert_hashes_not_shown}")
-    return out
-
-
 def render_text(report: Report) -> str:
     """The human-readable report: one table per contract version, then notes per group."""
     out = [f"report: {headline(report)}"]
@@ -831,5 +632,5 @@ def render_text(report: Report) -> str:
             out += [f"  {group_label(group.policy_group)}: {note}" for note in group_notes(group)]
         out += days_text(version.days, version.undated, report.span.field)
     if report.alert_hashes:
-        out += ["", *alert_hash_lines(report)]
+        out += ["", *alert_hash_lines(report.alert_hashes, report.alert_hashes_not_shown)]
     return "\n".join(out)

@@ -18,12 +18,12 @@ from worker.report import (
     group_label,
     group_row,
     headline,
-    inspect_commands,
     policy_warning,
     sparse_warning,
     threshold_label,
     triage_note,
 )
+from worker.report_alerts import inspect_commands
 from worker.report_days_html import STYLE as DAYS_STYLE
 from worker.report_days_html import days_section
 from worker.report_time import span_line

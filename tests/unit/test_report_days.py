@@ -24,7 +24,8 @@ from tests.unit.test_report import (
     report_of,
     version,
 )
-from worker.report import AlertHash, Report, build_report, render_text
+from worker.report import Report, build_report, render_text
+from worker.report_alerts import AlertHash
 from worker.report_html import render_html
 
 D1, D2, D3 = "2026-12-01", "2026-12-02", "2026-12-03"
