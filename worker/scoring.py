@@ -60,7 +60,8 @@ class Processed:
     `drift`: the contract drift alert this write raised. `replayed`: the store had recorded
     this very write before (a retry after a lost reply or a redelivery after the write
     landed), so the record and alerts are the original ones and nothing new was stored; the
-    alerts are already in the store's alert stream.
+    alerts are already in the store's alert stream. Only the record's recorded_at is this
+    call's: the store returns no time of the original write.
     """
 
     record: ScoreRecord
