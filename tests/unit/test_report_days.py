@@ -9,6 +9,8 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT, Run
 from tests.unit.test_report import (
     FAQ,
@@ -24,6 +26,7 @@ from tests.unit.test_report import (
     report_of,
     version,
 )
+from worker.cli import main
 from worker.report import Report, build_report, render_text
 from worker.report_alerts import AlertHash
 from worker.report_html import render_html
@@ -234,6 +237,7 @@ def test_days_from_produced_at() -> None:
 def test_cli_days_from_and_help(
     report_cli: Callable[..., Run],  # noqa: F811 - the imported fixture
     write_jsonl: Callable[..., Path],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`report --days-from produced_at` reads the other time; --help names the option."""
     path = write_jsonl([record(produced_at=at(D1), recorded_at=at(D3)), record(produced_at=at(D2))])
@@ -242,6 +246,15 @@ def test_cli_days_from_and_help(
 
     assert run.code == 0, run.err
     assert '"field":"produced_at","first_day":"2026-12-01","last_day":"2026-12-02"' in run.out
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--help"])
+    assert exit_.value.code == 0
+    helped = " ".join(capsys.readouterr().out.split())
+    assert "--days-from {recorded_at,produced_at}" in helped
+    assert "the hashes alerts name with the show and explain commands" in helped
+    assert "records without a time (written before records carried one) are counted apart" in (
+        helped
+    )
 
 
 # Alert hashes ------------------------------------------------------------------------------
@@ -396,3 +409,20 @@ def test_html_draws_each_day_of_each_version() -> None:
     assert [svg.count('class="mean-point"') for svg in timelines] == [1, 1]
     assert page.count('<table class="days">') == 2
     assert "<td>2026-12-03</td><td>1</td><td>0</td><td>1</td><td>-</td>" in page
+
+
+def test_html_rejected_bucket_draws_rows_without_a_mean_panel() -> None:
+    """Rejected messages never reached the metric: their days show rows, no mean panel."""
+    report = report_of(
+        record(recorded_at=at(D1)), rejected(recorded_at=at(D1)), rejected(recorded_at=at(D2))
+    )
+
+    page = render_html(report)
+
+    faq, rejections = re.findall(r'<svg [^>]*class="timeline"[^>]*>.*?</svg>', page, re.S)
+    assert ("mean value over valid rows" in faq, "mean value over valid rows" in rejections) == (
+        True,
+        False,
+    )
+    assert rejections.count('class="invalid-bar"') == 2
+    assert 'class="mean-point"' not in rejections
