@@ -172,9 +172,9 @@ class ScoreRecord(Record):
     duration_ms: float | None = Field(default=None, ge=0)
     trace_id: str | None = None
     # When upstream produced the message (None when it does not say; a rejected message's is
-    # not trusted) and when this worker recorded or rejected it: `report` draws days from
-    # them. Both None in records written before they were kept.
-    # Both in UTC: a message's produced_at is held in UTC from validation on, and the clock's.
+    # not trusted) and when this worker recorded or rejected it, both in UTC (a message's
+    # produced_at is held in UTC from validation on): `report` puts rows on days by them.
+    # Both None in records written before they were kept.
     produced_at: datetime | None = None
     recorded_at: datetime | None = None
     line: int | None = Field(default=None, ge=1, description="1-based input line (CLI only)")
