@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic_core import PydanticCustomError
+
+
+def as_utc(moment: datetime) -> datetime:
+    """The same instant in UTC, so that records fall on UTC days; a time without an offset
+    (ISO 8601 allows one) is read as UTC."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment if moment.utcoffset() == UTC.utcoffset(None) else moment.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class Contract(BaseModel):
@@ -66,7 +77,7 @@ class AttributionResult(ReleaseRow):
     contexts: list[Context]
     citations: list[Citation] = Field(default_factory=list)
     grader: Grader
-    produced_at: datetime | None = Field(default=None, strict=False)
+    produced_at: UtcDatetime | None = Field(default=None, strict=False)
     trace_id: str | None = None
     # Reviewed data, like the required set: per required claim, the documents that hold its
     # evidence (SPEC §9). Hashed only when given; the metric never sees it.

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from contracts.messages import Citation
@@ -16,6 +17,16 @@ SCORED = "evidence_coverage.scored"
 REJECTED = "evidence_coverage.rejected"
 NONDETERMINISM = "evidence_coverage.nondeterminism"
 CONTRACT_DRIFT = "evidence_coverage.contract_drift"
+
+
+_ISO_UTC: Final = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+
+
+def iso_utc(moment: datetime) -> str:
+    """ISO 8601 text ending in Z, as the log line's `timestamp` is written (the same digits as
+    isoformat(): microseconds only when there are some); a naive time is taken as UTC.
+    orjson's, since every record line writes one or two of them."""
+    return orjson.dumps(moment, option=_ISO_UTC)[1:-1].decode()
 
 
 class Record(BaseModel):
@@ -160,6 +171,12 @@ class ScoreRecord(Record):
     task_id: str | None = None
     duration_ms: float | None = Field(default=None, ge=0)
     trace_id: str | None = None
+    # When upstream produced the message (None when it does not say; a rejected message's is
+    # not trusted) and when this worker recorded or rejected it, both in UTC (a message's
+    # produced_at is held in UTC from validation on): `report` puts rows on days by them.
+    # Both None in records written before they were kept.
+    produced_at: datetime | None = None
+    recorded_at: datetime | None = None
     line: int | None = Field(default=None, ge=1, description="1-based input line (CLI only)")
     # What the worker set aside without rejecting the message (a malformed trace_id, say).
     warnings: list[str] = Field(default_factory=list)

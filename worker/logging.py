@@ -22,7 +22,7 @@ import orjson
 import structlog
 
 from contracts import ScoreRecord
-from contracts.records import ALERT_EVENTS, AnyAlert, ContractDriftAlert
+from contracts.records import ALERT_EVENTS, AnyAlert, ContractDriftAlert, iso_utc
 from contracts.triage import findings_json
 
 # Fields that could carry raw answer or context text; dropped from every log line.
@@ -222,13 +222,17 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
 
     `context` adds fields or sets record fields known only after it was built (duration_ms).
     """
-    # Every ScoreRecord field but `findings` is a JSON value already (str, float, int, bool,
-    # None, lists of str), so the model's field values (its __dict__) are its JSON dump,
-    # without model_dump's walk.
+    # Every ScoreRecord field but `findings` and the two times is a JSON value already (str,
+    # float, int, bool, None, lists of str), so the model's field values (its __dict__) are
+    # its JSON dump, without model_dump's walk.
     fields = record.__dict__.copy()
     del fields["event"]
     if record.findings:  # the one field of models: dumped in one call, not one per finding
         fields["findings"] = findings_json(record.findings)
+    if record.recorded_at is not None:  # ISO 8601 UTC text, as `timestamp` is written
+        fields["recorded_at"] = iso_utc(record.recorded_at)
+    if record.produced_at is not None:
+        fields["produced_at"] = iso_utc(record.produced_at)
     fields.update(context)
     log = get_logger()
     method = log.info if record.log_level == "info" else log.warning

@@ -6,7 +6,9 @@ are never mixed in one aggregate; only valid rows enter means, min/max and histo
 Triage (SPEC §9) adds per group: rows per owner (all five), the most often missing claim IDs
 with their dominant finding, a warning when coverage can take only a few values, the policy
 thresholds, and both alert kinds. Records written before triage lack `missing_claim_ids` and
-`findings`: they are counted as such, never read as "nothing missing".
+`findings`: they are counted as such, never read as "nothing missing". Days (per contract
+version, when the records span more than one) are `report_time`'s; records written before
+records carried times are counted apart there, never placed on a day.
 """
 
 from __future__ import annotations
@@ -17,14 +19,37 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from datetime import date
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contracts.metric import RAGAS_ERROR_PREFIX
+from contracts.messages import UtcDatetime
 from contracts.outcomes import CacheOutcome, Owner, Status
-from contracts.records import CONTRACT_DRIFT, NONDETERMINISM, AlertKind
 from worker.intake import describe_validation_error
+from worker.report_alerts import (
+    KIND_OF_EVENT,
+    MAX_ALERT_HASHES_SHOWN,
+    AlertHash,
+    AlertLine,
+    Located,
+    alert_hash_lines,
+    alert_hashes,
+    locate_alerts,
+    place_alerts,
+)
+from worker.report_reasons import ReasonCount, reason_note, top_reasons
+from worker.report_time import (
+    DEFAULT_TIME_FIELD,
+    DayReport,
+    Span,
+    TimeField,
+    days_text,
+    per_day,
+    span_line,
+    span_of,
+    utc_day,
+)
 
 REJECTED_LABEL = "(rejected before scoring)"
 NO_GROUP_LABEL = "(no group)"
@@ -33,16 +58,11 @@ STATUSES: tuple[Status, ...] = ("pass", "fail", "invalid", "scored")
 CACHE_OUTCOMES: tuple[CacheOutcome, ...] = ("miss", "hit", "conflict")
 VALID_STATUSES = frozenset({"pass", "fail", "scored"})
 BINS = 10
-TOP_REASONS = 5
 TOP_MISSING_CLAIMS = 5
 MAX_UNREADABLE_SHOWN = 20
 # Every owner is listed, with its zero: "retrieval 0" is an answer, a missing key is not.
 OWNERS: tuple[Owner, ...] = ("attribution", "retrieval", "product", "evaluation-data")
 OWNERS += ("release-rule",)
-KIND_OF_EVENT: Final[dict[str, AlertKind]] = {
-    NONDETERMINISM: "nondeterminism",
-    CONTRACT_DRIFT: "contract_drift",
-}
 # With m required claims coverage takes m + 1 values; at m <= 2 a mean or a threshold on it
 # hides which claim is missing, which is all there is to know.
 SPARSE_MAX_REQUIRED = 2
@@ -90,6 +110,13 @@ class ReportedRecord(BaseModel):
     # means "not recorded", which a valid row written since never says.
     missing_claim_ids: list[str] | None = None
     findings: list[ReportedFinding] | None = None
+    # None in records written before records carried times: never placed on a day.
+    produced_at: UtcDatetime | None = None
+    recorded_at: UtcDatetime | None = None
+
+    def day(self, field: TimeField) -> date | None:
+        """The UTC day of this record's `field` time; None when it has none."""
+        return utc_day(self.recorded_at if field == "recorded_at" else self.produced_at)
 
     @property
     def valid_value(self) -> float | None:
@@ -116,16 +143,6 @@ class OtherLine:
     alert: AlertLine | None = None
 
 
-@dataclass(frozen=True)
-class AlertLine:
-    """What places an alert line: its kind, the input hash it names, and the contract version
-    when the line itself carries one (a contract_drift alert does; a nondeterminism one not)."""
-
-    kind: AlertKind
-    input_hash: str | None
-    contract_version: str | None
-
-
 class UnreadableLineError(ValueError):
     """Raised when a line is not a JSON object, or claims to be a record but is not one."""
 
@@ -141,11 +158,6 @@ class ValueStats(ReportModel):
     mean: float | None
     min: float | None
     max: float | None
-
-
-class ReasonCount(ReportModel):
-    reason: str
-    count: int
 
 
 class PolicyVersionCount(ReportModel):
@@ -210,6 +222,10 @@ class VersionReport(ReportModel):
     nondeterminism_alerts: int
     contract_drift_alerts: int
     groups: list[GroupReport]
+    # Per UTC day, only when the report's records span more than one day (Report.span);
+    # `undated`: this version's records without the report's time field, on no day.
+    days: list[DayReport] = Field(default_factory=list)
+    undated: int = 0
 
 
 class UnreadableLine(ReportModel):
@@ -228,6 +244,10 @@ class Report(ReportModel):
     contract_drift_alerts: int
     unmatched_contract_drift_alerts: int
     contract_versions: list[VersionReport]
+    # Distinct (kind, hash) of the alerts, first raised first; the first 50.
+    alert_hashes: list[AlertHash] = Field(default_factory=list)
+    alert_hashes_not_shown: int = 0
+    span: Span
 
 
 def parse_line(body: bytes) -> ReportedRecord | OtherLine:
@@ -253,19 +273,15 @@ def parse_line(body: bytes) -> ReportedRecord | OtherLine:
     kind = KIND_OF_EVENT.get(event)
     if kind is None:
         return OtherLine(event)
-    return OtherLine(
-        event, AlertLine(kind, _text(data, "input_hash"), _text(data, "contract_version"))
-    )
+    return OtherLine(event, AlertLine.of(kind, data))
 
 
-def _text(data: dict[str, object], key: str) -> str | None:
-    """A string field of an alert line, None when absent or not a string (it only places it)."""
-    value = data.get(key)
-    return value if isinstance(value, str) else None
+def build_report(
+    lines: Iterable[tuple[int, bytes]], *, source: str, time_field: TimeField = DEFAULT_TIME_FIELD
+) -> Report:
+    """Read numbered lines (as `read_jsonl` yields them) into a report; never raises on a line.
 
-
-def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
-    """Read numbered lines (as `read_jsonl` yields them) into a report; never raises on a line."""
+    `time_field` is the record time that puts records on days."""
     records: list[ReportedRecord] = []
     skipped: Counter[str] = Counter()
     alerts: list[AlertLine] = []
@@ -282,7 +298,10 @@ def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
         skipped[parsed.event] += 1
         if parsed.alert is not None:
             alerts.append(parsed.alert)
-    versions = aggregate(records, alerts)
+    span = span_of([record.day(time_field) for record in records], time_field)
+    located = locate_alerts(records, alerts)
+    versions = aggregate(records, located, span=span)
+    hashes = alert_hashes(located)
     totals = Counter(alert.kind for alert in alerts)
     matched_nondeterminism = sum(version.nondeterminism_alerts for version in versions)
     matched_drift = sum(version.contract_drift_alerts for version in versions)
@@ -297,49 +316,25 @@ def build_report(lines: Iterable[tuple[int, bytes]], *, source: str) -> Report:
         contract_drift_alerts=totals["contract_drift"],
         unmatched_contract_drift_alerts=totals["contract_drift"] - matched_drift,
         contract_versions=versions,
+        alert_hashes=hashes[:MAX_ALERT_HASHES_SHOWN],
+        alert_hashes_not_shown=max(len(hashes) - MAX_ALERT_HASHES_SHOWN, 0),
+        span=span,
     )
 
 
-Place = tuple[str | None, str | None]  # (contract_version, policy_group)
-
-
-def place_alerts(
-    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine]
-) -> tuple[Counter[tuple[Place, AlertKind]], Counter[tuple[str | None, AlertKind]]]:
-    """Alert counts per (group, kind) and per (contract version, kind).
-
-    An alert is placed through the record in the same file carrying its input hash (the hash
-    covers the contract version; the record names the group). A contract_drift alert whose
-    hash has no record here still names its contract version: it counts for that version,
-    under no group. An alert placed by neither is left out (the headline counts it).
-    """
-    place_of_hash: dict[str, Place] = {}
-    versions = {record.contract_version for record in records}
-    for record in records:
-        if record.input_hash is not None:
-            place_of_hash.setdefault(
-                record.input_hash, (record.contract_version, record.policy_group)
-            )
-    by_group: Counter[tuple[Place, AlertKind]] = Counter()
-    by_version: Counter[tuple[str | None, AlertKind]] = Counter()
-    for alert in alerts:
-        if alert.input_hash is not None and (place := place_of_hash.get(alert.input_hash)):
-            by_group[place, alert.kind] += 1
-            by_version[place[0], alert.kind] += 1
-        elif alert.contract_version is not None and alert.contract_version in versions:
-            by_version[alert.contract_version, alert.kind] += 1
-    return by_group, by_version
-
-
 def aggregate(
-    records: Sequence[ReportedRecord], alerts: Iterable[AlertLine] = ()
+    records: Sequence[ReportedRecord], located: Iterable[Located] = (), *, span: Span | None = None
 ) -> list[VersionReport]:
-    """Per contract version (sorted; rejected last), per policy group (sorted)."""
+    """Per contract version (sorted; rejected last), per policy group (sorted); per day too
+    when `span` covers more than one day."""
     by_version: defaultdict[str | None, defaultdict[str | None, list[ReportedRecord]]]
     by_version = defaultdict(lambda: defaultdict(list))
     for record in records:
         by_version[record.contract_version][record.policy_group].append(record)
-    by_group, alerts_by_version = place_alerts(records, alerts)
+    located = list(located)
+    by_group, alerts_by_version = place_alerts(located)
+    days = span is not None and span.first_day != span.last_day
+    field = span.field if span is not None else DEFAULT_TIME_FIELD
     return [
         VersionReport(
             contract_version=version,
@@ -360,6 +355,25 @@ def aggregate(
                 )
                 for group in sorted(by_version[version], key=_none_last)
             ],
+            days=per_day(
+                [
+                    (record.day(field), record.valid_value)
+                    for rows in by_version[version].values()
+                    for record in rows
+                ],
+                [
+                    (utc_day(alert.raised_at), alert.kind)
+                    for alert, placed_version, _ in located
+                    if placed_version == version and placed_version is not None
+                ],
+            )
+            if days
+            else [],
+            undated=sum(
+                record.day(field) is None
+                for rows in by_version[version].values()
+                for record in rows
+            ),
         )
         for version in sorted(by_version, key=_none_last)
     ]
@@ -392,7 +406,9 @@ def summarize_group(
         statuses={status: statuses[status] for status in STATUSES},
         cache={outcome: cache[outcome] for outcome in CACHE_OUTCOMES},
         valid=value_stats([v for r in records if (v := r.valid_value) is not None]),
-        invalid=InvalidSummary(count=len(invalid), top_reasons=top_reasons(invalid)),
+        invalid=InvalidSummary(
+            count=len(invalid), top_reasons=top_reasons(record.reason for record in invalid)
+        ),
         owners={owner: owners[owner] for owner in OWNERS},
         no_owner=sum(record.owner is None for record in records),
         missing_claims=top_missing_claims(records),
@@ -465,14 +481,6 @@ def value_stats(values: Sequence[float]) -> ValueStats:
     return ValueStats(
         count=len(values), mean=math.fsum(values) / len(values), min=min(values), max=max(values)
     )
-
-
-def top_reasons(invalid: Sequence[ReportedRecord], limit: int = TOP_REASONS) -> list[ReasonCount]:
-    """Most frequent first; ties in reason order, so the same records give the same report."""
-    # Grouped on the metric's own words: Ragas's prefix tells a reader of this report nothing.
-    counts = Counter(record.reason.removeprefix(RAGAS_ERROR_PREFIX) for record in invalid)
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return [ReasonCount(reason=reason, count=count) for reason, count in ranked[:limit]]
 
 
 def histogram(values: Iterable[float | None]) -> list[int]:
@@ -605,12 +613,14 @@ def group_notes(group: GroupReport) -> list[str]:
             f"alerts: nondeterminism {group.nondeterminism_alerts}, "
             f"contract drift {group.contract_drift_alerts}"
         )
-    return notes + [f"invalid x{r.count}: {r.reason}" for r in group.invalid.top_reasons]
+    return notes + [reason_note(r) for r in group.invalid.top_reasons]
 
 
 def render_text(report: Report) -> str:
     """The human-readable report: one table per contract version, then notes per group."""
     out = [f"report: {headline(report)}"]
+    if (days := span_line(report.span)) is not None:
+        out.append(days)
     out += [f"unreadable line {u.line}: {u.error}" for u in report.unreadable_lines]
     if (hidden := report.unreadable - len(report.unreadable_lines)) > 0:
         out.append(f"unreadable lines not shown: {hidden}")
@@ -623,4 +633,7 @@ def render_text(report: Report) -> str:
         ]
         for group in version.groups:
             out += [f"  {group_label(group.policy_group)}: {note}" for note in group_notes(group)]
+        out += days_text(version.days, version.undated, report.span.field)
+    if report.alert_hashes:
+        out += ["", *alert_hash_lines(report.alert_hashes, report.alert_hashes_not_shown)]
     return "\n".join(out)

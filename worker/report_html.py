@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from contracts.records import iso_utc
 from worker.report import (
     BINS,
     COLUMNS,
@@ -22,6 +23,10 @@ from worker.report import (
     threshold_label,
     triage_note,
 )
+from worker.report_alerts import inspect_commands
+from worker.report_days_html import STYLE as DAYS_STYLE
+from worker.report_days_html import days_section
+from worker.report_time import span_line
 
 CHART_WIDTH = 440
 PLOT_LEFT, PLOT_HEIGHT, BAR_WIDTH = 30, 160, 40
@@ -29,7 +34,8 @@ PLOT_LEFT, PLOT_HEIGHT, BAR_WIDTH = 30, 160, 40
 # label never sits on a bar's count.
 PLOT_MARGIN, LABEL_LINE, CHART_FOOT = 20, 14, 44
 
-STYLE = """
+STYLE = (
+    """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; border-top: 1px solid #ccc; padding-top: 1rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
@@ -45,7 +51,12 @@ table.groups td:last-child, table.groups th:last-child { text-align: left; }
 td.id { font-family: ui-monospace, monospace; text-align: left; }
 .missing-claims th:nth-child(2), .missing-claims th:nth-child(4) { text-align: left; }
 code { font-size: 0.95em; }
+table.alert-hashes td, table.alert-hashes th { text-align: left; }
+td.commands { white-space: nowrap; } td.commands code { font-size: 0.85em; }
+ul.invalid-reasons ul { margin: 0.1rem 0 0.3rem; color: #555; }
 """
+    + DAYS_STYLE
+)
 
 
 def render_html(report: Report) -> str:
@@ -54,8 +65,10 @@ def render_html(report: Report) -> str:
     body = [
         f"<h1>{escape(title)}</h1>",
         f"<p>{escape(headline(report))}</p>",
+        *([f"<p>{escape(days)}</p>"] if (days := span_line(report.span)) is not None else []),
         *_unreadable(report),
-        *(part for version in report.contract_versions for part in _version(version)),
+        *alert_hashes(report),
+        *(part for version in report.contract_versions for part in _version(version, report)),
     ]
     return "\n".join(
         [
@@ -84,7 +97,33 @@ def _unreadable(report: Report) -> list[str]:
     return [f"<h2>Unreadable lines ({report.unreadable})</h2>", "<ul>", *items, "</ul>"]
 
 
-def _version(version: VersionReport) -> list[str]:
+def alert_hashes(report: Report) -> list[str]:
+    """Every hash alerts named, with the commands that open its rows: where a reviewer starts."""
+    if not report.alert_hashes:
+        return []
+    # The hash is in its commands: a column of its own would only repeat its 64 characters.
+    rows = [
+        [
+            _td(a.kind),
+            _td(a.contract_version or "(not in this file)"),
+            _td(a.alerts),
+            _td("-" if a.first_raised_at is None else iso_utc(a.first_raised_at)),
+            f'<td class="commands" data-hash="{escape(a.input_hash)}">'
+            + "<br>".join(f"<code>{escape(c)}</code>" for c in inspect_commands(a.input_hash))
+            + "</td>",
+        ]
+        for a in report.alert_hashes
+    ]
+    header = ["kind", "contract version", "alerts", "first raised (UTC)", "inspect with"]
+    more = report.alert_hashes_not_shown
+    return [
+        f"<h2>Alerts: {len(report.alert_hashes) + more} input hashes</h2>",
+        *_table(header, rows, "alert-hashes"),
+        *([f"<p>and {more} more hashes not shown</p>"] if more else []),
+    ]
+
+
+def _version(version: VersionReport, report: Report) -> list[str]:
     heading = f"Contract version {escape(version.label)}"
     if version.contract_version is None:
         heading = "Rejected before scoring"
@@ -101,6 +140,13 @@ def _version(version: VersionReport) -> list[str]:
         )
     else:
         parts.append(histogram_svg(version))
+    parts += days_section(
+        version.label,
+        version.days,
+        version.undated,
+        report.span,
+        means=version.contract_version is not None,
+    )
     parts += _group_table(version.groups)
     parts += _notes(version.groups)
     parts += owners_table(version.groups)
@@ -295,7 +341,15 @@ def invalid_reasons(groups: list[GroupReport]) -> list[str]:
     """The top invalid reasons of every group of a version, as one list."""
     reasons = [
         f"<li><strong>{r.count}</strong> × {escape(r.reason)} "
-        f"<small>(group {escape(group_label(g.policy_group))})</small></li>"
+        f"<small>(group {escape(group_label(g.policy_group))})</small>"
+        + (
+            f'<ul class="examples"><li>{r.distinct} different reasons, e.g.</li>'
+            + "".join(f"<li><code>{escape(example)}</code></li>" for example in r.examples)
+            + "</ul>"
+            if r.examples
+            else ""
+        )
+        + "</li>"
         for g in groups
         for r in g.invalid.top_reasons
     ]

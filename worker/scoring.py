@@ -61,7 +61,8 @@ class Processed:
     `drift`: the contract drift alert this write raised. `replayed`: the store had recorded
     this very write before (a retry after a lost reply or a redelivery after the write
     landed), so the record and alerts are the original ones and nothing new was stored; the
-    alerts are already in the store's alert stream.
+    alerts are already in the store's alert stream. Only the record's recorded_at is this
+    call's: the store returns no time of the original write.
     """
 
     record: ScoreRecord
@@ -163,9 +164,15 @@ def first_triage(message: AttributionResult, first: Attempt, decision: Decision)
 
 
 def build_record(
-    judged: Judged, *, recorded: Recorded, observed: Outcome, policy: Policy | None
+    judged: Judged,
+    *,
+    recorded: Recorded,
+    observed: Outcome,
+    policy: Policy | None,
+    now: datetime,
 ) -> ScoreRecord:
-    """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`."""
+    """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`.
+    `now` is when the store recorded it (the time its attempt carries)."""
     message, delivery = judged.message, judged.delivery
     # A miss is the first; a hit agrees with it by definition: only a conflict needs the first.
     if recorded.cache != "conflict" and (observed is judged.outcome or observed == judged.outcome):
@@ -198,6 +205,8 @@ def build_record(
         task_id=delivery.task_id,
         trace_id=trace_id,
         warnings=[] if trace_warning is None else [trace_warning],
+        produced_at=message.produced_at,
+        recorded_at=now,
         line=delivery.line,
         **fields,
     )
@@ -269,6 +278,7 @@ def process_many(
                 recorded=result,
                 observed=original_outcome(result) if result.replayed else one.outcome,
                 policy=policy,
+                now=now,
             ),
             alert=result.alert,
             replayed=result.replayed,
@@ -289,10 +299,12 @@ def rejected_record(
     error: str,
     *,
     body: object = None,
+    recorded_at: datetime,
     policy: Policy | None = None,
     delivery: Delivery = Delivery(),
 ) -> ScoreRecord:
-    """The record of a message that never reached the metric: invalid, owned by evaluation-data."""
+    """The record of a message that never reached the metric: invalid, owned by evaluation-data.
+    `recorded_at` is when it was rejected (its dead letter's time)."""
     return ScoreRecord(
         event=REJECTED,
         case_id=case_id_of(body),
@@ -311,5 +323,6 @@ def rejected_record(
         owner=INVALID_OWNER,
         cache=None,
         task_id=delivery.task_id,
+        recorded_at=recorded_at,
         line=delivery.line,
     )

@@ -89,7 +89,11 @@ class Service:
             except InputError as error:
                 letters.append(self._letter(body, str(error), delivery))
                 record = rejected_record(
-                    str(error), body=body, policy=self.policy, delivery=delivery
+                    str(error),
+                    body=body,
+                    recorded_at=letters[-1].received_at,
+                    policy=self.policy,
+                    delivery=delivery,
                 )
                 slots.append(Processed(record=record))
                 case_ids.append(record.case_id)
@@ -138,10 +142,14 @@ class Service:
         results = [
             Processed(
                 record=rejected_record(
-                    error, body=body if identify else None, policy=self.policy, delivery=delivery
+                    error,
+                    body=body if identify else None,
+                    recorded_at=letter.received_at,
+                    policy=self.policy,
+                    delivery=delivery,
                 )
             )
-            for body in bodies
+            for body, letter in zip(bodies, letters, strict=True)
         ]
         self._emit(results, seconds=None, **context)
         return results

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 import redis
 
-from contracts import Alert, Attempt, AttributionResult
+from contracts import Alert, Attempt, AttributionResult, ScoreRecord
 from tests.conftest import FIXED_NOW
 from tests.integration import test_stores as suite
 from tests.integration.test_stores import (
@@ -241,11 +241,16 @@ def test_previous_version_data_takes_write_ids(make_legacy_store: LegacyFactory)
     assert store.history(HASH).total_attempts == 3  # type: ignore[union-attr]
 
 
+def untimed(record: ScoreRecord) -> ScoreRecord:
+    return record.model_copy(update={"recorded_at": None})
+
+
 def test_process_many_again_for_the_same_task_gives_the_same_records(
     store: ResultStore, message: Callable[..., AttributionResult]
 ) -> None:
     """The worker's path: one task's messages processed twice (a retry) give identical
-    records and alert, the first still a miss, marked replayed, with nothing recorded twice."""
+    records and alert, the first still a miss, marked replayed, with nothing recorded twice;
+    only recorded_at is the retry's (the store returns no time of the original write)."""
     delivery = Delivery(task_id="task-9")
     items = [
         (message(case_id="refund-001"), delivery),
@@ -256,7 +261,11 @@ def test_process_many_again_for_the_same_task_gives_the_same_records(
     first = process_many(items, store=store, policy=None, clock=lambda: FIXED_NOW)
     again = process_many(items, store=store, policy=None, clock=lambda: LATER)
 
-    assert [(p.record, p.alert) for p in again] == [(p.record, p.alert) for p in first]
+    assert [(untimed(p.record), p.alert) for p in again] == [
+        (untimed(p.record), p.alert) for p in first
+    ]
+    assert [p.record.recorded_at for p in first] == [FIXED_NOW] * 3
+    assert [p.record.recorded_at for p in again] == [LATER] * 3
     assert [p.record.cache for p in again] == ["miss", "hit", "conflict"]
     assert [(p.replayed, q.replayed) for p, q in zip(first, again, strict=True)] == [
         (False, True)

@@ -36,6 +36,7 @@ from worker.stores.sqlite import SQLiteStore
 
 SCHEMAS = ROOT / "contracts" / "schemas"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PRODUCED_AT = "2026-12-01T09:30:00+02:00"  # 07:30 UTC
 OTEL_FIELDS = {"severity_text", "severity_number", "service.name"}
 ECS_FIELDS = {"@timestamp", "log.level", "message", "ecs.version"}
 
@@ -92,9 +93,18 @@ def emitted(
         configure_logging(stream=stream, schema=schema)
         store = SQLiteStore(tmp_path / f"{schema}.sqlite3")
         try:
-            first = process(message(trace_id=TRACE_ID), store=store, policy=None, clock=clocked)
+            first = process(
+                message(trace_id=TRACE_ID, produced_at=PRODUCED_AT),
+                store=store,
+                policy=None,
+                clock=clocked,
+            )
             emit_record(first.record)
-            emit_record(rejected_record("schema: case_id: Field required", body={"answer": "x"}))
+            emit_record(
+                rejected_record(
+                    "schema: case_id: Field required", body={"answer": "x"}, recorded_at=FIXED_NOW
+                )
+            )
             again = process(
                 message(supported_claim_ids=["refund-window"]),
                 store=store,
@@ -144,6 +154,23 @@ def test_every_line_validates_against_its_published_schema(
     assert lines[2]["cache"] == "conflict"
     for name, line in zip(LINES, lines, strict=True):
         assert published_errors(line) == [], name
+
+
+@pytest.mark.parametrize("schema", ["otel", "ecs"])
+def test_record_lines_carry_their_times_as_iso_utc_text(
+    schema: LogSchema, emitted: Callable[[LogSchema], list[dict[str, Any]]]
+) -> None:
+    """produced_at (the message's, in UTC; null when it has none) and recorded_at (the
+    store's clock; a rejection's time) are ISO 8601 text ending in Z, like timestamp."""
+    scored, rejected, conflict, _ = emitted(schema)
+
+    assert [
+        (line["produced_at"], line["recorded_at"]) for line in (scored, rejected, conflict)
+    ] == [
+        ("2026-12-01T07:30:00Z", "2026-12-01T12:00:00Z"),
+        (None, "2026-12-01T12:00:00Z"),
+        (None, "2026-12-01T12:00:00Z"),
+    ]
 
 
 def test_every_line_carries_opentelemetry_severity_and_service(

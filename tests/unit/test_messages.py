@@ -245,16 +245,22 @@ def test_answer_span_is_a_pair_of_ints(message_dict: MessageDict, mode: str) -> 
             datetime(2026, 12, 1, 14, 0, tzinfo=UTC) - timedelta(hours=2),
             id="offset",
         ),
+        pytest.param(
+            "2026-12-01T23:30:00-01:00", datetime(2026, 12, 2, 0, 30, tzinfo=UTC), id="next-day"
+        ),
+        pytest.param("2026-12-01T12:00:00", datetime(2026, 12, 1, 12, 0, tzinfo=UTC), id="naive"),
     ],
 )
 def test_produced_at_parses_iso_strings(
     message_dict: MessageDict, text: str, expected: datetime, mode: str
 ) -> None:
-    """produced_at is an ISO 8601 string in both JSON text and a decoded dict."""
+    """produced_at is an ISO 8601 string in both JSON text and a decoded dict, held in UTC
+    (so records fall on UTC days); one without an offset is read as UTC."""
     result = _validate(AttributionResult, message_dict(produced_at=text), mode)
 
     assert isinstance(result, AttributionResult)
     assert result.produced_at == expected
+    assert result.produced_at.utcoffset() == timedelta(0)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -489,7 +489,14 @@ def test_cli_json_prints_one_object_of_exact_structure(
         "valid": {"count": 1, "mean": 0.5, "min": 0.5, "max": 0.5},
         "invalid": {
             "count": 1,
-            "top_reasons": [{"reason": "required_claim_ids must not be empty", "count": 1}],
+            "top_reasons": [
+                {
+                    "reason": "required_claim_ids must not be empty",
+                    "count": 1,
+                    "distinct": 1,
+                    "examples": [],
+                }
+            ],
         },
         "owners": {
             "attribution": 0,
@@ -519,7 +526,14 @@ def test_cli_json_prints_one_object_of_exact_structure(
         "valid": {"count": 0, "mean": None, "min": None, "max": None},
         "invalid": {
             "count": 1,
-            "top_reasons": [{"reason": "schema: answer: Field required", "count": 1}],
+            "top_reasons": [
+                {
+                    "reason": "schema: answer: Field required",
+                    "count": 1,
+                    "distinct": 1,
+                    "examples": [],
+                }
+            ],
         },
         "owners": {
             "attribution": 0,
@@ -559,6 +573,8 @@ def test_cli_json_prints_one_object_of_exact_structure(
                 "nondeterminism_alerts": 0,
                 "contract_drift_alerts": 0,
                 "groups": [faq_default],
+                "days": [],
+                "undated": 2,
             },
             {
                 "contract_version": None,
@@ -568,8 +584,20 @@ def test_cli_json_prints_one_object_of_exact_structure(
                 "nondeterminism_alerts": 0,
                 "contract_drift_alerts": 0,
                 "groups": [rejected_group],
+                "days": [],
+                "undated": 1,
             },
         ],
+        "alert_hashes": [],
+        "alert_hashes_not_shown": 0,
+        # Records written before records carried times: on no day, never on a guessed one.
+        "span": {
+            "field": "recorded_at",
+            "first_day": None,
+            "last_day": None,
+            "days": 0,
+            "undated": 3,
+        },
     }
 
 

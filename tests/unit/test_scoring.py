@@ -540,7 +540,9 @@ def test_rejected_record_extracts_the_case_id(message_dict: DictFactory, encodin
     text = json.dumps(data)
     body: Any = {"str": text, "bytes": text.encode(), "dict": data}[encoding]
 
-    record = rejected_record("schema: bogus: Extra inputs are not permitted", body=body)
+    record = rejected_record(
+        "schema: bogus: Extra inputs are not permitted", body=body, recorded_at=FIXED_NOW
+    )
 
     assert record == expected_rejection(case_id="refund-001")
 
@@ -559,7 +561,9 @@ def test_rejected_record_extracts_the_case_id(message_dict: DictFactory, encodin
 )
 def test_rejected_record_of_junk_has_no_case_id(body: object) -> None:
     """A body without a usable case_id gives case_id None, and no crash."""
-    record = rejected_record("invalid JSON: expected value at line 1 column 1", body=body)
+    record = rejected_record(
+        "invalid JSON: expected value at line 1 column 1", body=body, recorded_at=FIXED_NOW
+    )
 
     assert record == expected_rejection(
         case_id=None, reason="invalid JSON: expected value at line 1 column 1"
@@ -571,6 +575,7 @@ def test_rejected_record_carries_policy_version_and_delivery() -> None:
     record = rejected_record(
         "message is 50 bytes, over the 10-byte limit",
         body=b"{" * 50,
+        recorded_at=FIXED_NOW,
         policy=policy_from_threshold("0.85"),
         delivery=Delivery(task_id="task-3", line=4),
     )

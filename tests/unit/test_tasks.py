@@ -126,6 +126,9 @@ def run(
     return result, logs
 
 
+RECORDED_AT = "2026-12-01T12:00:00Z"  # FIXED_NOW as a log line writes it
+
+
 def without_duration(entry: MutableMapping[str, Any]) -> dict[str, Any]:
     """A log entry minus duration_ms, the one field that depends on the machine."""
     assert entry.get("duration_ms") is None or entry["duration_ms"] >= 0
@@ -137,6 +140,7 @@ def scored_entry(message: dict[str, Any], **fields: Any) -> dict[str, Any]:
     return {
         "log_level": "info",
         **expected_scored(message, task_id="task-1", **fields),
+        "recorded_at": RECORDED_AT,
         "task_name": "evidence_coverage.score",
         "retries": 0,
         "redelivered": False,
@@ -145,7 +149,10 @@ def scored_entry(message: dict[str, Any], **fields: Any) -> dict[str, Any]:
 
 
 def rejected_entry(reason: str, **fields: Any) -> dict[str, Any]:
-    return {"log_level": "warning", **expected_rejected(reason, task_id="task-1", **fields)}
+    return {
+        "log_level": "warning",
+        **expected_rejected(reason, task_id="task-1", recorded_at=RECORDED_AT, **fields),
+    }
 
 
 # Records

@@ -9,6 +9,7 @@ import pytest
 
 from contracts.records import ScoreRecord
 from tests import factories
+from tests.conftest import FIXED_NOW
 from worker.scoring import rejected_record
 from worker.telemetry import configured, evaluation_attributes
 
@@ -90,7 +91,9 @@ def test_an_invalid_row_has_no_score_value_and_an_error_type(
 
 def test_a_rejected_message_is_an_evaluation_error_of_type_rejected() -> None:
     """A message that never reached the metric: error.type rejected, its reason explained."""
-    attributes = evaluation_attributes(rejected_record("schema: answer: Field required"))
+    rejected = rejected_record("schema: answer: Field required", recorded_at=FIXED_NOW)
+
+    attributes = evaluation_attributes(rejected)
 
     assert attributes == {
         "gen_ai.evaluation.name": "evidence_coverage",

@@ -11,6 +11,7 @@ from worker.cli.common import add_path, describe, nonempty, source_name
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
 from worker.inputs import JsonLines, display_path
+from worker.report_time import DEFAULT_TIME_FIELD, TIME_FIELDS
 from worker.settings import Settings
 
 
@@ -26,8 +27,13 @@ def register(commands: Any) -> None:
             "their top reasons, rows per owner (all five), the most often missing claim IDs "
             "with their dominant finding, a warning where every row has at most two required "
             "claims, policy versions and thresholds seen, nondeterminism and contract_drift "
-            "alerts. Other log lines are skipped and counted; unparsable lines are counted as "
-            "unreadable. Versions are never mixed. "
+            "alerts, and the hashes alerts name with the show and explain commands for each. "
+            "Invalid reasons that differ only in their claim IDs are grouped (<ids>, with two "
+            "examples). When the records span more than one UTC day, per contract version and "
+            "day: rows, valid and invalid rows, the mean over valid rows, and alerts of both "
+            "kinds; records without a time (written before records carried one) are counted "
+            "apart, never put on a day. Other log lines are skipped and counted; unparsable "
+            "lines are counted as unreadable. Versions are never mixed. "
             "Exit 0 when a report was produced, 2 when PATH is unreadable or holds no records.",
         ),
     )
@@ -38,8 +44,17 @@ def register(commands: Any) -> None:
         metavar="OUT",
         type=nonempty(Path, "name the HTML file to write"),
         help="also write a self-contained HTML page (histograms with the policy thresholds, "
-        "owners and missing-claims tables, invalid reasons) "
+        "per-day time series, owners and missing-claims tables, alert hashes with the "
+        "commands to inspect them, invalid reasons) "
         "to OUT (default: none)",
+    )
+    parser.add_argument(
+        "--days-from",
+        choices=TIME_FIELDS,
+        default=DEFAULT_TIME_FIELD,
+        help="the record time that puts rows on days: recorded_at (when the worker recorded "
+        "or rejected them) or produced_at (when upstream produced the message; rows without "
+        "it are counted apart) (default: %(default)s)",
     )
     parser.set_defaults(handler=run)
 
@@ -48,7 +63,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.report import build_report, render_text
 
     source = source_name(args.path)
-    report = build_report(JsonLines(args.path), source=source)
+    report = build_report(JsonLines(args.path), source=source, time_field=args.days_from)
     if report.records == 0:
         raise InputError(
             f"{source} contains no evidence_coverage records "
