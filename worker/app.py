@@ -328,9 +328,9 @@ def _banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
     if app.settings.log_format != "json":
         return
     from celery import __version__ as celery_version
-    from celery.concurrency.prefork import TaskPool as PreforkPool
 
     from worker.logging import get_logger
+    from worker.pool import forks_pool_processes
     from worker.settings import masked_url
 
     instance.quiet = True
@@ -342,7 +342,7 @@ def _banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
         broker=masked_url(app.settings.broker_url),
         queues=sorted(instance.app.amqp.queues.consume_from),
         concurrency=instance.concurrency,
-        pool="prefork" if issubclass(pool, PreforkPool) else pool.__module__.rsplit(".", 1)[-1],
+        pool="prefork" if forks_pool_processes(pool) else pool.__module__.rsplit(".", 1)[-1],
     )
 
 
@@ -357,9 +357,9 @@ def _start_telemetry_in_pool_process(**_: Any) -> None:
 @signals.worker_init.connect  # type: ignore[untyped-decorator]
 def _start_telemetry_without_pool_processes(sender: Any, **_: Any) -> None:
     """`--pool solo` runs tasks in the main process: telemetry starts there instead."""
-    from celery.concurrency.prefork import TaskPool as PreforkPool
+    from worker.pool import forks_pool_processes
 
-    if telemetry.configured() and not issubclass(sender.pool_cls, PreforkPool):
+    if telemetry.configured() and not forks_pool_processes(sender.pool_cls):
         telemetry.start()
 
 

@@ -4,8 +4,8 @@ Each line carries the record's fields and the names a collector expects, so Loki
 OpenTelemetry collector or Elasticsearch take it unmapped. `otel` (the default): our own keys
 (`timestamp`, `level`, `event`) lead, beside `severity_text`, `severity_number` and
 `service.name` as flat dotted keys (Loki's json parser turns them into service_name).
-`ecs` (EVIDENCE_LOG_SCHEMA=ecs): an ECS document rendered by Elastic's ecs-logging, with our
-envelope under ECS's names (EcsRenderer).
+`ecs` (EVIDENCE_LOG_SCHEMA=ecs): an ECS document, field for field what Elastic's ecs-logging
+writes, with our envelope under ECS's names (EcsRenderer).
 """
 
 from __future__ import annotations

@@ -27,6 +27,12 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
         super().on_start()
 
 
+def forks_pool_processes(pool_cls: type) -> bool:
+    """Whether a worker with this pool runs tasks in forked pool processes (where
+    worker_process_init fires) rather than in its main process (solo, threads)."""
+    return issubclass(pool_cls, TaskPool)
+
+
 def freeze_imported_objects() -> None:
     """Move every object alive now (the imported modules, pydantic schemas) out of the cyclic
     collector's reach, just before the children are forked.
