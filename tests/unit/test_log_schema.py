@@ -289,16 +289,22 @@ def test_stdlib_lines_get_the_same_fields() -> None:
     )
 
 
-@pytest.mark.usefixtures("restore_root_logger")
-def test_a_stdlib_error_is_an_ecs_document_with_its_logger_and_error_fields() -> None:
-    """In ECS, Celery's logger is log.logger and an exception is error.type, error.message and
-    error.stack_trace (ECS's names for OTel's exception.*)."""
+def log_a_lost_broker_connection(schema: LogSchema) -> io.StringIO:
+    """kombu's ERROR line with the exception it carries, as configure_stdlib_logging writes it."""
     stream = io.StringIO()
-    configure_stdlib_logging(stream=stream, schema="ecs")
+    configure_stdlib_logging(stream=stream, schema=schema)
     try:
         raise ConnectionResetError("connection reset by peer")
     except ConnectionResetError:
         logging.getLogger("kombu.connection").error("broker connection lost", exc_info=True)
+    return stream
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_a_stdlib_error_is_an_ecs_document_with_its_logger_and_error_fields() -> None:
+    """In ECS, Celery's logger is log.logger and an exception is error.type, error.message and
+    error.stack_trace (ECS's names for OTel's exception.*)."""
+    stream = log_a_lost_broker_connection("ecs")
 
     (document,) = lines_of(stream)
     assert (document["log.level"], document["message"], document["log"]) == (
@@ -398,12 +404,7 @@ def test_ecs_documents_are_what_ecs_logging_writes_field_for_field(
 
     monkeypatch.setattr(EcsRenderer, "__call__", recording)
     emitted("ecs")
-    stream = io.StringIO()
-    configure_stdlib_logging(stream=stream, schema="ecs")
-    try:
-        raise ConnectionResetError("connection reset by peer")
-    except ConnectionResetError:
-        logging.getLogger("kombu.connection").error("broker connection lost", exc_info=True)
+    log_a_lost_broker_connection("ecs")
     write_line("worker: Warm shutdown (MainProcess)", logger="celery.apps.worker")
     capfd.readouterr()
 
