@@ -240,19 +240,22 @@ def test_dockerfile_is_multi_stage() -> None:
     assert "--from=builder /opt/venv /opt/venv" in [args for kw, args in stages[1] if kw == "COPY"]
 
 
-LOCK_INSTALL = "pip install --no-deps --require-hashes -r requirements.lock"
+LOCK_INSTALL = 'pip install --no-deps --require-hashes -r "${LOCK}"'
+LOCKS_COPY = ("COPY", "requirements.lock requirements-otel.lock ./")
 
 
 def test_builder_installs_the_runtime_lock_then_the_project_without_deps() -> None:
-    """The runtime lock is copied and installed first, as it is (--no-deps) with hashes
-    required; then the project with --no-deps; the development lock is never installed."""
+    """The runtime lock (or, by build argument, the runtime lock with OpenTelemetry) is copied
+    and installed first, as it is (--no-deps) with hashes required; then the project with
+    --no-deps; the development lock is never installed."""
     builder = dockerfile_stages()[0]
     runs = [args for kw, args in builder if kw == "RUN"]
+    assert ("ARG", "LOCK=requirements.lock") in builder
     assert LOCK_INSTALL in runs
     assert "pip install --no-deps ." in runs
     assert runs.index(LOCK_INSTALL) < runs.index("pip install --no-deps .")
-    assert ("COPY", "requirements.lock ./") in builder
-    assert builder.index(("COPY", "requirements.lock ./")) < builder.index(("RUN", LOCK_INSTALL))
+    assert LOCKS_COPY in builder
+    assert builder.index(LOCKS_COPY) < builder.index(("RUN", LOCK_INSTALL))
     assert not any("requirements-dev" in args for _, args in builder)
 
 

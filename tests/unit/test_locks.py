@@ -1,5 +1,6 @@
-"""requirements.lock and requirements-dev.lock agree with pyproject.toml: every dependency pinned
-with hashes, development tools only in the dev lock, the shared pins the same in both."""
+"""requirements.lock, requirements-otel.lock and requirements-dev.lock agree with pyproject.toml:
+every dependency pinned with hashes, development tools only in the dev lock, the shared pins the
+same in all three."""
 
 from __future__ import annotations
 
@@ -17,11 +18,19 @@ from tests.conftest import ROOT
 
 LOCK = ROOT / "requirements.lock"
 DEV_LOCK = ROOT / "requirements-dev.lock"
-LOCKS = [pytest.param(LOCK, id="runtime"), pytest.param(DEV_LOCK, id="dev")]
+OTEL_LOCK = ROOT / "requirements-otel.lock"
+LOCKS = [
+    pytest.param(LOCK, id="runtime"),
+    pytest.param(OTEL_LOCK, id="otel"),
+    pytest.param(DEV_LOCK, id="dev"),
+]
 WRITER = ".ci/lock"
 # Dev extras that a runtime dependency needs too, so they are in the runtime lock by right
 # (langsmith, datasets and huggingface-hub require PyYAML).
 NEEDED_AT_RUNTIME = {"pyyaml"}
+# The same for the otel extra: its OTLP exporter sends with opentelemetry-proto, which the tests'
+# receiver decodes with.
+NEEDED_BY_OTEL = {"opentelemetry-proto"}
 
 
 @dataclass(frozen=True)
@@ -103,26 +112,46 @@ def test_every_extra_is_pinned_in_the_dev_lock_within_its_range() -> None:
         assert_pinned_within_range(read_lock(DEV_LOCK), requirements(group))
 
 
-def test_development_tools_are_not_in_the_runtime_lock() -> None:
+def test_the_otel_lock_pins_the_otel_extra_and_nothing_of_the_runtime_lock_has_it() -> None:
+    """requirements-otel.lock is the runtime plus OpenTelemetry's export; requirements.lock
+    stays without it (a worker without the extra loads none of it)."""
+    assert_pinned_within_range(read_lock(OTEL_LOCK), requirements("otel"))
+    otel = {canonicalize_name(r.name) for r in requirements("otel")}
+    assert not otel & read_lock(LOCK).keys()
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(LOCK, id="runtime"), pytest.param(OTEL_LOCK, id="otel")]
+)
+def test_development_tools_are_not_in_a_lock_that_runs(path: Path) -> None:
     """No dev extra that the runtime does not need (pytest, mypy, ruff, hypothesis,
-    fakeredis...) is in requirements.lock, which the image and a user's install get."""
+    fakeredis...) is in requirements.lock or requirements-otel.lock, which images and a
+    user's install get."""
     tools = {canonicalize_name(r.name) for r in requirements("dev")} - NEEDED_AT_RUNTIME
     assert {"pytest", "mypy", "ruff", "hypothesis", "fakeredis"} <= tools
-    assert not tools & read_lock(LOCK).keys()
+    if path == OTEL_LOCK:
+        tools -= NEEDED_BY_OTEL
+    assert not tools & read_lock(path).keys()
 
 
-def test_the_dev_lock_has_every_runtime_pin_unchanged() -> None:
-    """Every package of the runtime lock is in the dev lock with the same version, marker and
+@pytest.mark.parametrize(
+    "path", [pytest.param(OTEL_LOCK, id="otel"), pytest.param(DEV_LOCK, id="dev")]
+)
+def test_every_runtime_pin_is_unchanged_in_the_other_locks(path: Path) -> None:
+    """Every package of the runtime lock is in the others with the same version, marker and
     hashes, so the tests run on what the image runs."""
-    dev = read_lock(DEV_LOCK)
+    other = read_lock(path)
     for name, pin in read_lock(LOCK).items():
-        assert name in dev, name
-        assert (str(dev[name].requirement), dev[name].hashes) == (str(pin.requirement), pin.hashes)
+        assert name in other, name
+        assert (str(other[name].requirement), other[name].hashes) == (
+            str(pin.requirement),
+            pin.hashes,
+        )
 
 
 def test_both_locks_name_the_command_that_writes_them() -> None:
-    """Both headers name .ci/lock, which exists, is executable and is the command README gives."""
-    for path in (LOCK, DEV_LOCK):
+    """Every header names .ci/lock, which exists, is executable and is the command README gives."""
+    for path in (LOCK, OTEL_LOCK, DEV_LOCK):
         assert f"#    {WRITER}\n" in path.read_text(encoding="utf-8"), path.name
     assert os.access(ROOT / WRITER, os.X_OK)
     assert f"\n{WRITER}  " in (ROOT / "README.md").read_text(encoding="utf-8")
