@@ -266,15 +266,19 @@ def _refuse_unusable_configuration(sender: Any, **_: Any) -> None:
 def _serve_metrics(sender: Any, **_: Any) -> None:
     """The main process serves all pool processes' metrics, when a port is configured.
 
-    worker_init runs in the main process before the pool forks, so the multiprocess dir set
-    here is inherited by every child before any of them imports prometheus_client.
+    worker_init runs in the main process before the pool forks, so the multiprocess dir made
+    or emptied here is what every child writes to.
     """
     port = sender.app.settings.metrics_port
-    if port is not None:
-        if metrics.single_process_storage():
-            _exit_unusable(metrics.SINGLE_PROCESS_PROBLEM)
+    if port is None:
+        return
+    if metrics.single_process_storage():
+        _exit_unusable(metrics.SINGLE_PROCESS_PROBLEM)
+    try:
         metrics.prepare(port)
-        metrics.serve(port)
+    except OSError as error:
+        _exit_unusable(f"{metrics.MULTIPROC_ENV} cannot be used for metrics: {error}")
+    metrics.serve(port)
 
 
 @signals.worker_process_init.connect  # type: ignore[untyped-decorator]

@@ -2,8 +2,10 @@
 
 Pool children write to per-process files in PROMETHEUS_MULTIPROC_DIR; the main process serves
 their sum on EVIDENCE_METRICS_PORT. prometheus_client picks its storage when it is first
-imported, so prepare() must run before that import: the worker's main process calls it at
-worker_init, before the pool forks; other processes (CLI, health checks) never import it.
+imported, and a Celery CLI plugin (Flower's) imports it as `celery` starts, so deployments set
+the variable in the environment (deploy/); without it, prepare() sets one at worker_init, before
+the pool forks, which serves only where no plugin imported prometheus_client first. Other
+processes (CLI, health checks) never import it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -41,11 +44,33 @@ def known_message_labels() -> list[tuple[str, str, str]]:
     return labels
 
 
+# The directory prepare() made for this process, the only one cleanup() may remove.
+_created: list[str] = []
+
+
 def prepare(port: int | None) -> None:
-    """Give this worker (and, by inheritance, its pool children) a fresh multiprocess dir."""
-    if port is None or os.environ.get(MULTIPROC_ENV):
+    """Give this worker (and, by inheritance, its pool children) an empty multiprocess dir.
+
+    A directory set in the environment is created when missing (an emptyDir or a tmpfs on /tmp
+    hides what the image made there) and emptied of the value files an earlier run left: a
+    restarted container keeps its /tmp, and the collector would add a dead run's counters to
+    this one's and serve its live gauges (store_unavailable) for ever. Raises OSError when the
+    directory cannot be made or emptied. Without the variable, a temporary one is made.
+    """
+    if port is None:
         return
-    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="evidence-metrics-")
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory:
+        os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="evidence-metrics-")
+        _created.append(os.environ[MULTIPROC_ENV])
+        return
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    # The collector sums every *.db file in the directory, so each one is this worker's to
+    # clear; nothing else is touched.
+    for stale in path.glob("*.db"):
+        if stale.is_file():
+            stale.unlink()
 
 
 def single_process_storage() -> bool:
@@ -160,7 +185,6 @@ def forget_process(pid: int) -> None:
 
 
 def cleanup() -> None:
-    """Remove the multiprocess dir this worker created."""
-    directory = os.environ.get(MULTIPROC_ENV, "")
-    if directory.startswith(tempfile.gettempdir()) and "evidence-metrics-" in directory:
-        shutil.rmtree(directory, ignore_errors=True)
+    """Remove the multiprocess dir prepare() created, never one the operator set."""
+    while _created:
+        shutil.rmtree(_created.pop(), ignore_errors=True)
