@@ -34,7 +34,7 @@ from tests.ecs import ecs_conflicts
 from worker.cli import COMMANDS, build_parser
 from worker.cli import health as health_cli
 from worker.logging import SERVICE_NAME, configure_logging, get_logger
-from worker.metrics import LATENCY_BUCKETS
+from worker.metrics import LATENCY_BUCKETS, MULTIPROC_ENV
 from worker.settings import Settings, load_settings
 
 DEPLOY = ROOT / "deploy"
@@ -614,6 +614,46 @@ def test_read_only_root_filesystem_has_a_writable_tmp() -> None:
     container = worker_container()
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def image_environment() -> dict[str, str]:
+    """The runtime stage's ENV variables."""
+    env = " ".join(args for kw, args in dockerfile_stages()[1] if kw == "ENV")
+    return dict(pair.split("=", 1) for pair in shlex.split(env))
+
+
+def test_multiprocess_dir_is_in_the_environment_everywhere_the_worker_runs() -> None:
+    """PROMETHEUS_MULTIPROC_DIR is set before the process starts (a Celery plugin may import
+    prometheus_client before worker_init): the image, compose and the Deployment agree."""
+    container = worker_container()
+    (deployment,) = [e["value"] for e in container["env"] if e["name"] == MULTIPROC_ENV]
+    image = image_environment()[MULTIPROC_ENV]
+    assert image == compose()["services"]["worker"]["environment"][MULTIPROC_ENV] == deployment
+    assert image == "/tmp/evidence-coverage-metrics"
+
+
+def test_multiprocess_dir_is_a_directory_of_its_own_on_the_writable_tmp() -> None:
+    """The directory is under the writable /tmp of compose and the pod (the emptyDir), and it
+    is not /tmp itself: the worker empties it of *.db files at each start."""
+    directory = Path(image_environment()[MULTIPROC_ENV])
+    (tmp,) = [m for m in worker_container()["volumeMounts"] if m["name"] == "tmp"]
+    volumes = k8s_objects()["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tmp", "emptyDir": {}} in volumes
+    assert directory.parent == Path(tmp["mountPath"]) == Path("/tmp")
+    assert compose()["services"]["worker"]["tmpfs"] == ["/tmp"]
+    assert directory != image_heartbeat_file().parent
+
+
+def test_procfile_says_when_to_set_the_multiprocess_dir() -> None:
+    """The Procfile's note names the variable, the setting that needs it and the exit code."""
+    comments = " ".join(
+        line.lstrip("# ")
+        for line in (ROOT / "Procfile").read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    )
+    assert MULTIPROC_ENV in comments
+    assert "EVIDENCE_METRICS_PORT" in comments
+    assert "(exit 2)" in comments
 
 
 def test_pod_disruption_budget_selects_the_worker_pods() -> None:
