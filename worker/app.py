@@ -267,8 +267,13 @@ def _serve_metrics(sender: Any, **_: Any) -> None:
     """The main process serves all pool processes' metrics, when a port is configured.
 
     worker_init runs in the main process before the pool forks, so the multiprocess dir made
-    or emptied here is what every child writes to.
+    or emptied here is what every child writes to. A pool that runs tasks in this process
+    has no pool process to start (Celery's threads pool sends no worker_process_init; solo
+    sends one as it is built, which then finds the service made): its counters are exported
+    at 0 here.
     """
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
     port = sender.app.settings.metrics_port
     if port is None:
         return
@@ -279,6 +284,8 @@ def _serve_metrics(sender: Any, **_: Any) -> None:
     except OSError as error:
         _exit_unusable(f"{metrics.MULTIPROC_ENV} cannot be used for metrics: {error}")
     metrics.serve(port)
+    if not issubclass(sender.pool_cls, PreforkPool):
+        _export_metrics_at_zero()
 
 
 @signals.worker_process_init.connect  # type: ignore[untyped-decorator]
@@ -287,7 +294,8 @@ def _export_metrics_at_zero(**_: Any) -> None:
     label set at 0) when it starts rather than at its first message: a counter that first
     appears at 1 is invisible to increase(), so the first alert after a restart would page
     nobody. Building it can only fail as the first message would (the store was checked at
-    worker_init): then the service is built on first use, as without metrics."""
+    worker_init): then the service is built on first use, as without metrics. Also called at
+    worker_init by a worker whose pool has no processes of its own."""
     if app.settings.metrics_port is None:
         return
     try:

@@ -191,6 +191,43 @@ def test_every_counter_is_exported_at_zero_before_the_first_message(
     assert ("invalid", "none", "evaluation-data") in messages  # a rejected message's
 
 
+# Pools that run tasks in the worker's main process: Celery's solo pool sends
+# worker_process_init itself as it is built; the threads pool sends none.
+IN_PROCESS_POOLS = ["solo", "threads"]
+
+
+@pytest.mark.parametrize("pool", IN_PROCESS_POOLS)
+def test_an_in_process_pool_exports_every_counter_at_zero_before_the_first_message(
+    start_metrics_worker: Callable[..., tuple[int, str]], pool: str
+) -> None:
+    """A pool with no processes of its own exports its counters at 0 from worker_init."""
+    port, _ = start_metrics_worker(pool=pool)
+
+    samples = scrape_until(port, alerts_exported)
+
+    assert_every_counter_at_zero(samples)
+
+
+@pytest.mark.parametrize("pool", IN_PROCESS_POOLS)
+def test_an_in_process_pool_counts_a_scored_message(
+    start_metrics_worker: Callable[..., tuple[int, str]],
+    message_dict: Callable[..., dict[str, Any]],
+    pool: str,
+) -> None:
+    """The counters made at start are the ones the worker's tasks count on."""
+    port, queue = start_metrics_worker(pool=pool)
+    app = create_app(Settings(broker_url=BROKER_URL, queue=queue))
+    app.send_task("evidence_coverage.score", args=[message_dict(case_id=pool)], queue=queue)
+
+    samples = scrape_until(
+        port, lambda got: got.get(("evidence_coverage_scoring_seconds_count", ()), 0) >= 1
+    )
+
+    messages = messages_by_labels(samples)
+    assert messages.pop(("scored", "miss", "none")) == 1
+    assert set(messages.values()) == {0.0}
+
+
 def write_earlier_run(directory: Path) -> None:
     """What a killed worker leaves in its multiprocess dir: counted messages and an alert, and
     a live gauge at 1 (it died waiting for the store)."""
