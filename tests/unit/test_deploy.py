@@ -40,6 +40,7 @@ from worker.settings import Settings, load_settings
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 COMPOSE = DEPLOY / "compose.yaml"
+COMPOSE_FLOWER = DEPLOY / "compose.flower.yaml"
 NOT_APPLIED = {"kustomization.yaml", "secret.example.yaml"}
 # The metric names agreed with the metrics work (README "Metrics"), with the suffixes a
 # histogram's series carry.
@@ -488,12 +489,57 @@ def test_procfile_beat_command_is_valid_for_installed_celery() -> None:
     assert run.returncode == 0, run.stderr.decode()
 
 
-def test_compose_flower_is_optional() -> None:
-    """Flower starts only with its profile and watches the same broker."""
-    flower = compose()["services"]["flower"]
-    assert flower["profiles"] == ["flower"]
+def compose_flower() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(COMPOSE_FLOWER.read_text(encoding="utf-8"))
+    return document
+
+
+def required_variable(value: object) -> tuple[str, str]:
+    """Compose's ${NAME:?message}, which fails the whole file when NAME is unset or empty:
+    (NAME, message)."""
+    match = re.fullmatch(r"\$\{([A-Z_]+):\?([^}]+)\}", str(value))
+    assert match, f"{value!r} is not a required variable"
+    return match[1], match[2]
+
+
+def test_compose_flower_is_a_separate_file_on_the_same_broker() -> None:
+    """Flower runs only when its file is named, and watches the worker's broker."""
+    assert "flower" not in compose()["services"]
+    (name,) = compose_flower()["services"]
+    flower = compose_flower()["services"][name]
     broker = compose()["services"]["worker"]["environment"]["EVIDENCE_BROKER_URL"]
     assert flower["environment"]["CELERY_BROKER_URL"] == broker
+    assert flower["depends_on"] == {"redis": {"condition": "service_healthy"}}
+    assert flower["ports"] == ["127.0.0.1:5555:5555"]
+
+
+def test_compose_flower_requires_basic_auth_from_the_environment() -> None:
+    """FLOWER_BASIC_AUTH is a required variable: compose refuses the file without it."""
+    environment = compose_flower()["services"]["flower"]["environment"]
+    name, message = required_variable(environment["FLOWER_BASIC_AUTH"])
+    assert name == "FLOWER_BASIC_AUTH"
+    assert message == "set FLOWER_BASIC_AUTH=user:password to run Flower"
+
+
+def test_compose_flower_variables_are_flower_s_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower itself reads FLOWER_BASIC_AUTH as --basic-auth and FLOWER_PORT as --port."""
+    from flower.command import apply_env_options
+    from flower.options import default_options
+
+    environment = compose_flower()["services"]["flower"]["environment"]
+    for name in list(os.environ):
+        if name.startswith("FLOWER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", "alice:s3cret,bob:pa55")
+    monkeypatch.setenv("FLOWER_PORT", environment["FLOWER_PORT"])
+    before = {name: getattr(default_options, name) for name in ("basic_auth", "port")}
+    try:
+        apply_env_options()
+        assert default_options.basic_auth == ["alice:s3cret", "bob:pa55"]
+        assert default_options.port == 5555
+    finally:
+        for name, value in before.items():
+            setattr(default_options, name, value)
 
 
 def docker_compose_available() -> bool:
@@ -505,21 +551,43 @@ def docker_compose_available() -> bool:
     return version.returncode == 0
 
 
-@pytest.mark.skipif(
+def docker_compose_config(*files: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    arguments = [argument for path in files for argument in ("-f", str(path))]
+    return subprocess.run(
+        ["docker", "compose", *arguments, "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env=env,
+    )
+
+
+needs_docker_compose = pytest.mark.skipif(
     not docker_compose_available(),
     reason="`docker compose version` fails here: no docker client with the compose plugin",
 )
-def test_docker_compose_config_accepts_the_file() -> None:
-    """`docker compose config` (no engine needed) validates deploy/compose.yaml."""
-    for profile in ([], ["--profile", "flower"]):
-        result = subprocess.run(
-            ["docker", "compose", "-f", str(COMPOSE), *profile, "config", "--quiet"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
-        assert result.returncode == 0, result.stderr
+
+
+@needs_docker_compose
+def test_docker_compose_config_accepts_the_files() -> None:
+    """`docker compose config` (no engine needed) validates compose.yaml without
+    FLOWER_BASIC_AUTH, and with the Flower file once it is set."""
+    env = {k: v for k, v in os.environ.items() if k != "FLOWER_BASIC_AUTH"}
+    alone = docker_compose_config(COMPOSE, env=env)
+    with_flower = docker_compose_config(
+        COMPOSE, COMPOSE_FLOWER, env={**env, "FLOWER_BASIC_AUTH": "alice:s3cret"}
+    )
+    assert (alone.returncode, with_flower.returncode) == (0, 0), alone.stderr + with_flower.stderr
+
+
+@needs_docker_compose
+def test_docker_compose_refuses_flower_without_basic_auth() -> None:
+    """Without FLOWER_BASIC_AUTH, compose stops at the Flower file and says what to set."""
+    env = {k: v for k, v in os.environ.items() if k != "FLOWER_BASIC_AUTH"}
+    result = docker_compose_config(COMPOSE, COMPOSE_FLOWER, env=env)
+    assert result.returncode != 0
+    assert "set FLOWER_BASIC_AUTH=user:password to run Flower" in result.stderr
 
 
 # Kubernetes ----------------------------------------------------------------------------------
