@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -121,10 +122,31 @@ class Outgoing:
         """Its messages as case IDs and input hashes only (the first few of a batch)."""
         named = [f"case_id={e.case_id} input_hash={e.input_hash}" for e in self.entries]
         if self.task != SCORE_BATCH:
-            return named[0] if named else "a message that was not validated"
-        more = f", … (+{len(named) - ARGSREPR_MESSAGES})" if len(named) > ARGSREPR_MESSAGES else ""
-        count = f"{len(named)} message{'' if len(named) == 1 else 's'}"
-        return f"{count}: " + ", ".join(named[:ARGSREPR_MESSAGES]) + more
+            return named[0] if named else NOT_VALIDATED
+        return batch_repr(named)
+
+
+NOT_VALIDATED = "a message that was not validated"
+# What Outgoing.argsrepr writes, and nothing a repr of a message (a list) could start with.
+_OUR_ARGSREPR = re.compile(
+    rf"(?:\d+ messages?: )?case_id=.* input_hash=[0-9a-f]{{64}}.*|{NOT_VALIDATED}", re.DOTALL
+)
+
+
+def batch_repr(named: Sequence[str]) -> str:
+    """A batch's messages as named: the count, then the first few."""
+    more = f", … (+{len(named) - ARGSREPR_MESSAGES})" if len(named) > ARGSREPR_MESSAGES else ""
+    count = f"{len(named)} message{'' if len(named) == 1 else 's'}"
+    return f"{count}: " + ", ".join(named[:ARGSREPR_MESSAGES]) + more
+
+
+def written_here(argsrepr: object, kwargsrepr: object) -> bool:
+    """True when a task's argsrepr and kwargsrepr headers are what send_noted writes."""
+    return (
+        kwargsrepr == "{}"
+        and isinstance(argsrepr, str)
+        and _OUR_ARGSREPR.fullmatch(argsrepr) is not None
+    )
 
 
 def outgoing(

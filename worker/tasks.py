@@ -28,7 +28,8 @@ from worker.service import summary
 from worker.stores import AuditTrail
 from worker.stores.durable import impatient
 
-TASK_OPTIONS: dict[str, Any] = {"bind": True}
+# Events, Flower and `inspect` name a scoring task's messages by case ID (worker/requests.py).
+TASK_OPTIONS: dict[str, Any] = {"bind": True, "Request": "worker.requests:NamedByCase"}
 SAMPLE_CASE_IDS = 20  # named in the reconcile task's WARNING line
 
 
