@@ -272,7 +272,7 @@ def _serve_metrics(sender: Any, **_: Any) -> None:
     sends one as it is built, which then finds the service made): its counters are exported
     at 0 here.
     """
-    from celery.concurrency.prefork import TaskPool as PreforkPool
+    from worker.pool import forks_pool_processes
 
     port = sender.app.settings.metrics_port
     if port is None:
@@ -284,7 +284,7 @@ def _serve_metrics(sender: Any, **_: Any) -> None:
     except OSError as error:
         _exit_unusable(f"{metrics.MULTIPROC_ENV} cannot be used for metrics: {error}")
     metrics.serve(port)
-    if not issubclass(sender.pool_cls, PreforkPool):
+    if not forks_pool_processes(sender.pool_cls):
         _export_metrics_at_zero()
 
 
