@@ -48,13 +48,12 @@ class EventLog:
         self._thread.start()
         probe = f"probe-{uuid.uuid4().hex}"
         with self._app.events.default_dispatcher() as dispatcher:
-            self.wait(
-                lambda: (
-                    (dispatcher.send("worker-probe", probe=probe) and False)
-                    or any(event.get("probe") == probe for event in self.events)
-                ),
-                what="the receiver to hear its own probe",
-            )
+
+            def heard() -> bool:
+                dispatcher.send("worker-probe", probe=probe)
+                return any(event.get("probe") == probe for event in self.events)
+
+            self.wait(heard, what="the receiver to hear its own probe")
 
     def wait(self, condition: Callable[[], bool], *, what: str) -> None:
         deadline = time.monotonic() + EVENT_TIMEOUT_SECONDS
