@@ -84,7 +84,8 @@ def single_process_storage() -> bool:
 SINGLE_PROCESS_PROBLEM = (
     "EVIDENCE_METRICS_PORT is set, but prometheus_client was imported before the worker could "
     f"set {MULTIPROC_ENV} (a Celery plugin such as Flower imports it), so /metrics would stay "
-    f"empty: set {MULTIPROC_ENV} to an empty directory the worker can write, in its environment"
+    f"empty: set {MULTIPROC_ENV} in its environment to a directory of this worker's own (it is "
+    "created if missing and emptied at start), as deploy/Dockerfile does"
 )
 
 
