@@ -2,11 +2,13 @@
 own log lines name a message by its case ID, never by its answer or context text, whoever
 published it.
 
-Celery shows a task's arguments as its `argsrepr` header. `publish` and the client write one
-of case IDs and input hashes (worker/publishing.py); any other publisher's is Celery's repr of
-the arguments (the whole message), or missing, and then a failure's log line falls back to
-that repr. For those the worker writes its own, from the case IDs alone: an input hash would
-mean validating the message here, in the consumer, before the pool does.
+Celery's events show a task's arguments as its `argsrepr` header, and remote control (`inspect
+active`, `reserved`, `query_task`) the arguments themselves unless asked not to: here it shows
+the argsrepr too. `publish` and the client write one of case IDs and input hashes
+(worker/publishing.py); any other publisher's is Celery's repr of the arguments (the whole
+message), or missing, and then a failure's log line falls back to that repr. For those the
+worker writes its own, from the case IDs alone: an input hash would mean validating the message
+here, in the consumer, before the pool does.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ class NamedByCase(Request):  # type: ignore[misc]  # celery has no type hints
         # The request dict is what the pool's trace logs a failure with.
         self._argsrepr = self._request_dict["argsrepr"] = argsrepr
         self._kwargsrepr = self._request_dict["kwargsrepr"] = kwargsrepr
+
+    def info(self, safe: bool = False) -> dict[str, Any]:
+        """What `celery inspect active`, `reserved` and `query_task` (and Flower's worker page)
+        report: Celery gives the arguments themselves unless asked for safe=True, which
+        neither asks; here it is always the argsrepr."""
+        described: dict[str, Any] = super().info(safe=True)
+        return described
 
 
 def described(task: str, args: Any, kwargs: Any) -> tuple[str, str]:

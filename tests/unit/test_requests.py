@@ -71,3 +71,51 @@ def test_written_here_recognises_only_what_send_noted_writes(
 ) -> None:
     """Celery's repr of a message, or no header at all, is not ours: the worker replaces it."""
     assert written_here(argsrepr, kwargsrepr) is ours
+
+
+@pytest.fixture
+def request_of() -> Any:
+    """Factory: the worker's Request for a scoring task message with these headers."""
+    from celery.contrib.testing.mocks import TaskMessage
+
+    import worker.tasks  # noqa: F401  registers the tasks
+    from worker.app import app
+    from worker.requests import NamedByCase
+
+    def build(args: list[Any], **headers: Any) -> NamedByCase:
+        return NamedByCase(TaskMessage(SCORE, args=args, **headers), app=app)
+
+    return build
+
+
+def test_a_request_without_argsrepr_is_named_by_case_id(request_of: Any) -> None:
+    """No header: the request, and the dict the pool's trace logs with, name the case ID."""
+    request = request_of([BODY])
+
+    assert (request.argsrepr, request.kwargsrepr) == ("case_id=refund-001", "{}")
+    assert request.request_dict["argsrepr"] == "case_id=refund-001"
+    assert request.request_dict["kwargsrepr"] == "{}"
+
+
+def test_celery_s_repr_of_the_message_is_replaced(request_of: Any) -> None:
+    """A plain send_task's argsrepr (the message's repr) does not reach events or logs."""
+    request = request_of([BODY], argsrepr=repr([BODY]), kwargsrepr="{}")
+
+    assert request.argsrepr == "case_id=refund-001"
+
+
+def test_our_publisher_s_argsrepr_is_kept(request_of: Any) -> None:
+    """What send_noted writes (case ID and input hash) stays as it came."""
+    ours = f"case_id=refund-001 input_hash={HASH}"
+
+    request = request_of([BODY], argsrepr=ours, kwargsrepr="{}")
+
+    assert request.argsrepr == ours
+
+
+@pytest.mark.parametrize("safe", [False, True])
+def test_remote_control_reports_the_argsrepr_not_the_message(request_of: Any, safe: bool) -> None:
+    """`inspect active` asks for info(safe=False), which in Celery holds the arguments."""
+    info = request_of([BODY]).info(safe=safe)
+
+    assert (info["args"], info["kwargs"]) == ("case_id=refund-001", "{}")
