@@ -181,3 +181,28 @@ def test_the_publisher_s_own_argsrepr_is_kept(
 
     assert events["task-received"]["args"] == task.argsrepr
     assert task.argsrepr.startswith("case_id=ours-1 input_hash=")
+
+
+def test_inspect_active_shows_a_foreign_message_by_case_id(
+    start_worker: Callable[..., worker_harness.Worker],
+    queue: str,
+    publisher: Callable[..., Celery],
+    message_dict: Callable[..., dict[str, Any]],
+) -> None:
+    """`celery inspect active` (what Flower's worker page calls) reports a running task's
+    argsrepr, not its message: the task is held running by a store that does not answer."""
+    unreachable = f"redis://127.0.0.1:{worker_harness.free_port()}/0"
+    worker = start_worker(queue, store_url=unreachable)
+    worker.wait_ready()
+    app = publisher()
+    message = message_dict(case_id="foreign-2")
+    task_id = send_with_celery_s_repr(app, queue, message)
+
+    deadline = time.monotonic() + EVENT_TIMEOUT_SECONDS
+    active: list[dict[str, Any]] = []
+    while not active and time.monotonic() < deadline:
+        replies = app.control.inspect(destination=[worker.hostname], timeout=2).active() or {}
+        active = [task for task in replies.get(worker.hostname, []) if task["id"] == task_id]
+
+    assert [(task["args"], task["kwargs"]) for task in active] == [("case_id=foreign-2", "{}")]
+    assert [text for text in raw_texts(message) if text in json.dumps(active)] == []
