@@ -28,8 +28,9 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
 
 
 def forks_pool_processes(pool_cls: type) -> bool:
-    """Whether a worker with this pool runs tasks in forked pool processes (where
-    worker_process_init fires) rather than in its main process (solo, threads)."""
+    """Whether a worker with this pool runs tasks in forked pool processes rather than in its
+    main process (solo, threads). Not whether worker_process_init fires: Celery's solo pool
+    sends it too, in the main process, as the pool is built; the threads pool never does."""
     return issubclass(pool_cls, TaskPool)
 
 

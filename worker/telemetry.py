@@ -81,6 +81,7 @@ class Telemetry:
     """The process's providers, and the event each record is exported as."""
 
     def __init__(self, tracer_provider: TracerProvider, logger_provider: LoggerProvider) -> None:
+        self.pid = os.getpid()
         self.tracer_provider = tracer_provider
         self.logger_provider = logger_provider
         self._logger = logger_provider.get_logger("evidence_coverage")
@@ -96,8 +97,11 @@ class Telemetry:
 
     def shutdown(self) -> None:
         """Export what is buffered (a warm shutdown must not drop the last spans and events)."""
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
         global _active  # noqa: PLW0603 - the process's one, as OpenTelemetry's providers are
         _active = None
+        CeleryInstrumentor().uninstrument()  # type: ignore[no-untyped-call]
         self.tracer_provider.force_flush(FLUSH_MILLIS)
         self.logger_provider.force_flush(FLUSH_MILLIS)
         self.tracer_provider.shutdown()
@@ -112,8 +116,12 @@ def _severity(level: str) -> Any:
 
 def start(environ: Mapping[str, str] = os.environ) -> Telemetry:
     """Providers exporting OTLP over HTTP, installed as the process's own, and Celery
-    instrumented. Call it after the pool forks: the batch processors' threads do not survive
-    a fork."""
+    instrumented; once per process (the solo pool's main process hears both worker_init and
+    worker_process_init). Call it after the pool forks: the batch processors' threads do not
+    survive a fork."""
+    global _active  # noqa: PLW0603 - the process's one, as OpenTelemetry's providers are
+    if _active is not None and _active.pid == os.getpid():
+        return _active
     from opentelemetry import _logs, trace
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -135,7 +143,6 @@ def start(environ: Mapping[str, str] = os.environ) -> Telemetry:
     trace.set_tracer_provider(tracer_provider)
     _logs.set_logger_provider(logger_provider)
     CeleryInstrumentor().instrument(tracer_provider=tracer_provider)  # type: ignore[no-untyped-call]
-    global _active  # noqa: PLW0603 - the process's one, as OpenTelemetry's providers are
     _active = Telemetry(tracer_provider, logger_provider)
     return _active
 

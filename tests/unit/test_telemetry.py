@@ -10,6 +10,7 @@ import pytest
 from contracts.records import ScoreRecord
 from tests import factories
 from tests.conftest import FIXED_NOW
+from worker import telemetry
 from worker.scoring import rejected_record
 from worker.telemetry import configured, evaluation_attributes
 
@@ -104,3 +105,16 @@ def test_a_rejected_message_is_an_evaluation_error_of_type_rejected() -> None:
         "evidence_coverage.owner": "evaluation-data",
         "evidence_coverage.contract_drift": False,
     }
+
+
+def test_telemetry_starts_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The solo pool's main process hears worker_init and worker_process_init: the second
+    start returns the first's providers instead of installing another set."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    first = telemetry.start()
+    try:
+        assert telemetry.start() is first
+        assert telemetry.active() is first
+    finally:
+        first.shutdown()
+    assert telemetry.active() is None
