@@ -120,6 +120,33 @@ def k8s_objects() -> dict[str, dict[str, Any]]:
     return objects
 
 
+# Kubernetes' own kinds; KEDA's (ScaledObject, TriggerAuthentication) have no schema there, and
+# kustomization.yaml is kustomize's file, not an object.
+CORE_KINDS = {"ConfigMap", "Deployment", "PodDisruptionBudget", "Secret"}
+
+
+@pytest.mark.parametrize("kind", sorted(CORE_KINDS))
+def test_k8s_objects_validate_strictly_against_kubernetes_schemas(kind: str) -> None:
+    """Each object validates against the Kubernetes API schema of the newest version
+    kubernetes-validate knows, strictly: a misspelt field (a probe's `comand`) fails."""
+    import kubernetes_validate
+
+    version = kubernetes_validate.latest_version()
+    kubernetes_validate.validate(k8s_objects()[kind], version, strict=True)
+
+
+def test_the_k8s_check_catches_a_misspelt_probe_field() -> None:
+    """The check itself: a field Kubernetes does not know in the liveness probe fails."""
+    import kubernetes_validate
+
+    deployment = k8s_objects()["Deployment"]
+    probe = deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
+    probe["exec"]["comand"] = probe["exec"].pop("command")
+
+    with pytest.raises(kubernetes_validate.ValidationError, match="'comand' was unexpected"):
+        kubernetes_validate.validate(deployment, kubernetes_validate.latest_version(), strict=True)
+
+
 def worker_container() -> dict[str, Any]:
     containers: list[dict[str, Any]] = k8s_objects()["Deployment"]["spec"]["template"]["spec"][
         "containers"
