@@ -382,7 +382,7 @@ def _close_service(pid: int | None = None, **_: Any) -> None:
     _stop_telemetry()
 
 
-def _stop_telemetry(**_: Any) -> None:
+def _stop_telemetry() -> None:
     exporting = telemetry.active()
     if exporting is not None:
         exporting.shutdown()

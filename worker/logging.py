@@ -152,9 +152,9 @@ def shared_processors(
         drop_raw_text,
     ]
     if span_ids:
-        from worker.telemetry import span_ids as current_span_ids
+        from worker.telemetry import SpanIds
 
-        chain.append(current_span_ids)
+        chain.append(SpanIds())
     if schema == "ecs":
         return chain
     return [*chain, *([OtelFields()] if schema == "otel" else []), lead_with_when_and_what]

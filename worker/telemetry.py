@@ -85,12 +85,15 @@ class Telemetry:
         self.tracer_provider = tracer_provider
         self.logger_provider = logger_provider
         self._logger = logger_provider.get_logger("evidence_coverage")
+        from opentelemetry._logs import SeverityNumber
+
+        self._severity = {level: SeverityNumber(number) for level, number in SEVERITY.items()}
 
     def evaluation(self, record: ScoreRecord) -> None:
         """One gen_ai.evaluation.result event, in the current span (the task's)."""
         self._logger.emit(
             event_name=EVALUATION_EVENT,
-            severity_number=_severity(record.log_level),
+            severity_number=self._severity[record.log_level],
             severity_text=record.log_level.upper(),
             attributes=evaluation_attributes(record),
         )
@@ -106,12 +109,6 @@ class Telemetry:
         self.logger_provider.force_flush(FLUSH_MILLIS)
         self.tracer_provider.shutdown()
         self.logger_provider.shutdown()
-
-
-def _severity(level: str) -> Any:
-    from opentelemetry._logs import SeverityNumber
-
-    return SeverityNumber(SEVERITY[level])
 
 
 def start(environ: Mapping[str, str] = os.environ) -> Telemetry:
@@ -147,14 +144,19 @@ def start(environ: Mapping[str, str] = os.environ) -> Telemetry:
     return _active
 
 
-def span_ids(_logger: Any, _method: str, event_dict: Any) -> Any:
+class SpanIds:
     """structlog processor: the current span's `span_id`, and its `trace_id` where the line
     has none, so a line and its span are found from each other."""
-    from opentelemetry import trace
 
-    context = trace.get_current_span().get_span_context()
-    if context.is_valid:
-        event_dict["span_id"] = format(context.span_id, "016x")
-        if not event_dict.get("trace_id"):
-            event_dict["trace_id"] = format(context.trace_id, "032x")
-    return event_dict
+    def __init__(self) -> None:
+        from opentelemetry import trace  # once, not on every line
+
+        self._current_span = trace.get_current_span
+
+    def __call__(self, _logger: Any, _method: str, event_dict: Any) -> Any:
+        context = self._current_span().get_span_context()
+        if context.is_valid:
+            event_dict["span_id"] = format(context.span_id, "016x")
+            if not event_dict.get("trace_id"):
+                event_dict["trace_id"] = format(context.trace_id, "032x")
+        return event_dict
