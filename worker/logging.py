@@ -189,6 +189,7 @@ def configure_logging(
     structlog.configure(
         processors=[
             *shared_processors(schema if log_format == "json" else None, span_ids=span_ids),
+            *([exception_fields] if log_format == "json" else []),
             _renderer(log_format, schema),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),

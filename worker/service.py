@@ -131,10 +131,13 @@ class Service:
         `identify=False` for transport bodies (a task envelope, an oversize blob): their
         case_id is not worth parsing them for, and each stands for its whole task (its
         dead letter closes every ledger entry of the task); otherwise the bodies are the
-        task's messages, in order.
+        task's messages, in order, from `delivery.position` (0 when it has none).
         """
+        start = delivery.position or 0
         letters = [
-            self._letter(body, error, replace(delivery, position=i) if identify else delivery)
+            self._letter(body, error, replace(delivery, position=start + i))
+            if identify
+            else self._letter(body, error, delivery)
             for i, body in enumerate(bodies)
         ]
         with structlog.contextvars.bound_contextvars(case_ids=[None] * len(bodies)):

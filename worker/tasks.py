@@ -23,8 +23,8 @@ from worker.constants import CANARY, NOOP, RECONCILE, SCORE, SCORE_BATCH
 from worker.errors import TransientError
 from worker.intake import case_id_of
 from worker.logging import get_logger
-from worker.scoring import Delivery
-from worker.service import summary
+from worker.scoring import Delivery, Processed
+from worker.service import Service, summary
 from worker.stores import AuditTrail
 from worker.stores.durable import impatient
 
@@ -48,6 +48,7 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
         redelivered=delivery.redelivered,
     ):
         try:
+            deliveries = 0
             if delivery.redelivered and delivery.task_id:
                 deliveries = _count_delivery(service.store, delivery.task_id)
                 if deliveries > service.settings.max_deliveries:
@@ -56,14 +57,14 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
                         f"(limit EVIDENCE_MAX_DELIVERIES={service.settings.max_deliveries})"
                     )
                     return summary(service.reject(bodies, error, delivery))
-            return summary(
-                service.handle(
-                    [
-                        (body, dataclasses.replace(delivery, position=position))
-                        for position, body in enumerate(bodies)
-                    ]
-                )
-            )
+            try:
+                return summary(service.handle(_positioned(bodies, delivery)))
+            except TransientError:
+                raise
+            except Exception as error:
+                if task.request.called_directly:
+                    raise
+                return summary(_failed(service, bodies, delivery, deliveries, error))
         except TransientError as error:
             if task.request.called_directly:
                 raise
@@ -75,6 +76,71 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
                 "unacknowledged and is scored when it is delivered again",
             )
             raise Reject(str(error), requeue=True) from error
+        except Reject:
+            raise
+        except Exception as error:
+            if task.request.called_directly:
+                raise
+            get_logger().critical(
+                "evidence_coverage.unrecordable",
+                case_ids=[case_id_of(body) for body in bodies],
+                exc_info=error,
+                why="not even a rejection could be recorded: the message goes back to the "
+                "broker unacknowledged rather than be acknowledged with no record",
+            )
+            raise Reject(f"{type(error).__name__}: {error}", requeue=True) from error
+
+
+def _positioned(bodies: list[Any], delivery: Delivery) -> list[tuple[Any, Delivery]]:
+    return [
+        (body, dataclasses.replace(delivery, position=position))
+        for position, body in enumerate(bodies)
+    ]
+
+
+def _failed(
+    service: Service, bodies: list[Any], delivery: Delivery, deliveries: int, error: Exception
+) -> list[Processed]:
+    """A task whose scoring raised what no store or input explains (a bug, a script error).
+
+    Celery would acknowledge a failed task: the message would be gone with no record. Instead
+    it goes back to the broker, unacknowledged, until the delivery that reaches
+    EVIDENCE_MAX_DELIVERIES; that one scores each message alone, so one poison message in a
+    batch does not take the others with it, and records the ones that still fail as rejected,
+    naming the error. Never an ack without an outcome.
+    """
+    limit = service.settings.max_deliveries
+    case_ids = [case_id_of(body) for body in bodies]
+    if deliveries < limit:
+        get_logger().error(
+            "evidence_coverage.task_failed",
+            case_ids=case_ids,
+            exc_info=error,
+            why=f"the message goes back to the broker unacknowledged and is tried again; on "
+            f"redelivery {limit} (EVIDENCE_MAX_DELIVERIES) it is recorded as rejected if it "
+            "still fails",
+        )
+        raise Reject(f"{type(error).__name__}: {error}", requeue=True) from error
+    get_logger().error(
+        "evidence_coverage.task_failed",
+        case_ids=case_ids,
+        exc_info=error,
+        why="last delivery: each message is scored alone, and any that fails is recorded as "
+        "rejected with its error",
+    )
+    results: list[Processed] = []
+    for body, alone in _positioned(bodies, delivery):
+        try:
+            results += service.handle([(body, alone)])
+        except TransientError:
+            raise
+        except Exception as failure:
+            reason = (
+                f"scoring failed on its last delivery (EVIDENCE_MAX_DELIVERIES={limit}): "
+                f"{type(failure).__name__}: {failure}"
+            )
+            results += service.reject([body], reason, alone)
+    return results
 
 
 def _count_delivery(store: AuditTrail, task_id: str) -> int:

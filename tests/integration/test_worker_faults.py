@@ -51,6 +51,7 @@ from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
 from worker.intake import check_encodable, parse_message
 from worker.settings import Settings
+from worker.stores.keys import outcome_key
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
@@ -538,6 +539,56 @@ def test_a_redelivered_message_is_recognised_as_its_own_write_and_raises_no_aler
     assert [
         line for line in rig.worker.events(NONDETERMINISM) if line["input_hash"] == hash_of(message)
     ] == []
+    assert rig.store.alerts() == []
+
+
+def test_a_task_failing_on_a_bug_is_tried_again_then_recorded_never_acked_without_a_record(
+    rig: Rig, message_dict: MessageFactory
+) -> None:
+    """A string where one message's outcome hash belongs (a key some other program wrote)
+    makes the record script fail with WRONGTYPE: a bug, to the worker. Celery would ack the
+    failed batch with nothing recorded. Here the batch goes back to the broker until the
+    delivery that reaches EVIDENCE_MAX_DELIVERIES (5); that one scores each message alone:
+    the other two are scored, the broken one is recorded rejected with the error and
+    dead-lettered, and only then is the message acknowledged."""
+    tag = uuid.uuid4().hex[:8]
+    batch = [
+        message_dict(case_id=f"bug-{n}", answer=f"Returns within 30 days. [{tag} {n}]")
+        for n in range(3)
+    ]
+    rig.store.client.set(outcome_key(rig.store.prefix, hash_of(batch[1])), "not a hash")
+    task_id = rig.app.send_task(SCORE_BATCH, args=[batch], queue=rig.queue).id
+
+    records = rig.records_of(task_id, 3)
+    wait_for_value(lambda: task_id in unacked_task_ids(BROKER_URL, rig.queue), False, timeout=30)
+
+    failed = [
+        line
+        for line in rig.worker.events("evidence_coverage.task_failed")
+        if line["task_id"] == task_id
+    ]
+    assert [(line["redelivered"], line["exception.type"]) for line in failed] == [
+        (False, "ResponseError")
+    ] + [(True, "ResponseError")] * 5
+    assert failed[0]["case_ids"] == [f"bug-{n}" for n in range(3)]
+    assert [(line["case_id"], line["event"], line["status"]) for line in records] == [
+        ("bug-0", SCORED, "scored"),
+        ("bug-1", REJECTED, "invalid"),
+        ("bug-2", SCORED, "scored"),
+    ]
+    prefix = (
+        "scoring failed on its last delivery (EVIDENCE_MAX_DELIVERIES=5): ResponseError: "
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    )
+    assert records[1]["reason"].startswith(prefix), records[1]["reason"]
+    letter = rig.dead_letter_of(task_id)
+    assert (letter.error, letter.position, json.loads(letter.body)) == (
+        records[1]["reason"],
+        1,
+        batch[1],
+    )
+    check_first_outcomes(rig.store, [batch[0], batch[2]], [records[0], records[2]])
+    assert rig.worker.alive()
     assert rig.store.alerts() == []
 
 

@@ -18,6 +18,7 @@ from contracts.records import ScoreRecord
 from tests import factories
 from worker.logging import (
     PER_MESSAGE_LOGGERS,
+    LogSchema,
     configure_logging,
     configure_stdlib_logging,
     emit_alert,
@@ -299,6 +300,35 @@ def test_reconfiguring_moves_output_to_the_new_stream() -> None:
 
     assert [line["case_id"] for line in lines_of(first)] == ["refund-002"]
     assert [line["case_id"] for line in lines_of(second)] == ["refund-003"]
+
+
+def exception_of(line: dict[str, Any], schema: LogSchema) -> tuple[str, str, str]:
+    """(type, message, stack) from OpenTelemetry's exception.* or ECS's error object."""
+    if schema == "ecs":
+        error = line["error"]
+        return error["type"], error["message"], error["stack_trace"]
+    return line["exception.type"], line["exception.message"], line["exception.stacktrace"]
+
+
+@pytest.mark.parametrize("schema", ["otel", "ecs"])
+def test_our_own_error_line_s_exception_is_in_the_schema_s_exception_fields(
+    schema: LogSchema,
+) -> None:
+    """A line of ours with exc_info (a task failing on a bug): its type, message and frames
+    as text, never the exception's repr."""
+    stream = io.StringIO()
+    configure_logging(stream=stream, schema=schema)
+    try:
+        raise KeyError("refund-method")
+    except KeyError as error:
+        get_logger().error("evidence_coverage.task_failed", exc_info=error)
+
+    (line,) = lines_of(stream)
+    kind, message, stack = exception_of(line, schema)
+    assert (kind, message) == ("KeyError", "'refund-method'")
+    assert stack.startswith("Traceback (most recent call last):\n")
+    assert stack.endswith("KeyError: 'refund-method'\n")
+    assert "exc_info" not in line
 
 
 # stdlib logging (Celery, kombu) through the same pipeline ---------------------------------

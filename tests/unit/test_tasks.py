@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import fakeredis
 import pytest
+import redis
 import structlog
 from celery import Task
 from celery.exceptions import Reject
@@ -31,7 +32,7 @@ from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.logging import get_logger
 from worker.service import Service
 from worker.settings import Settings
-from worker.stores import Recorded
+from worker.stores import DeadLetter, Recorded
 from worker.stores.durable import DurableStore
 from worker.stores.redis import RedisStore
 from worker.tasks import reconcile, score, score_batch
@@ -42,14 +43,22 @@ UNKNOWN_ID_REASON = (
     "Error executing metric evidence_coverage: supported_claim_ids contains unknown IDs: old-c1"
 )
 MAX_DELIVERIES = 2
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 STORE_WINDOW_SECONDS = 30.0
 LATER = datetime.now(UTC) + timedelta(hours=1)
 
 
 class FlakyStore(RedisStore):
-    """A Redis store whose first `failures` writes find Redis unreachable."""
+    """A Redis store whose first `failures` writes find Redis unreachable, whose writes of an
+    input hash in `broken` fail as a corrupt key makes a script fail (a bug to the worker),
+    and whose dead letters fail likewise while `broken_letters`."""
 
     failures = 0
+    broken_letters = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.broken: set[str] = set()
 
     def record_many(
         self,
@@ -61,7 +70,14 @@ class FlakyStore(RedisStore):
         if self.failures:
             self.failures -= 1
             raise TransientError("Redis unreachable: connection refused")
+        if self.broken & {input_hash for input_hash, _ in items}:
+            raise redis.ResponseError(WRONGTYPE)
         return super().record_many(items, now=now, write_ids=write_ids)
+
+    def dead_letter(self, *letters: DeadLetter) -> None:
+        if self.broken_letters:
+            raise redis.ResponseError(WRONGTYPE)
+        super().dead_letter(*letters)
 
 
 @pytest.fixture
@@ -362,6 +378,182 @@ def test_redeliveries_are_counted_per_task_id(message_dict: MessageFactory) -> N
     assert [(entry["event"], entry["cache"]) for entry in logs] == [
         ("evidence_coverage.scored", "hit")
     ]
+
+
+# A task that fails on a bug: never acknowledged without an outcome
+
+
+def delivered(
+    task: Task, argument: Any, *, redelivered: bool = False
+) -> tuple[Any, list[MutableMapping[str, Any]]]:
+    """`run` in a worker (not called directly): a Reject is returned, not raised."""
+    task.push_request(
+        id="task-1",
+        delivery_info={"redelivered": redelivered},
+        retries=0,
+        called_directly=False,
+    )
+    try:
+        with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            try:
+                result = task.run(argument)
+            except Reject as rejected:
+                result = rejected
+    finally:
+        task.pop_request()
+    return result, logs
+
+
+def hash_of(message: dict[str, Any]) -> str:
+    return input_hash(AttributionResult.model_validate(message))
+
+
+def test_a_task_failing_on_a_bug_hands_its_message_back_unacknowledged(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """Celery would ack a failed task and the message would be gone with no record: instead
+    the task rejects it with requeue, and says so in an ERROR line with the traceback."""
+    message = message_dict(case_id="poison")
+    store.broken.add(hash_of(message))
+
+    result, logs = delivered(score, message)
+
+    assert isinstance(result, Reject)
+    assert (result.requeue, result.reason) == (True, f"ResponseError: {WRONGTYPE}")
+    (entry,) = logs
+    assert {key: entry[key] for key in ("event", "log_level", "case_ids", "why")} == {
+        "event": "evidence_coverage.task_failed",
+        "log_level": "error",
+        "case_ids": ["poison"],
+        "why": "the message goes back to the broker unacknowledged and is tried again; on "
+        f"redelivery {MAX_DELIVERIES} (EVIDENCE_MAX_DELIVERIES) it is recorded as rejected "
+        "if it still fails",
+    }
+    assert str(entry["exc_info"]) == WRONGTYPE
+    assert store.dead_letters() == []
+    assert store.history(hash_of(message)) is None
+
+
+def test_a_bug_that_lasts_to_the_last_delivery_is_recorded_as_rejected_naming_it(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """Requeued until redelivery MAX_DELIVERIES, then dead-lettered and recorded `rejected`
+    with the error in the reason: an outcome, then the ack."""
+    message = message_dict(case_id="poison")
+    store.broken.add(hash_of(message))
+    tries = [delivered(score, message, redelivered=n > 0)[0] for n in range(MAX_DELIVERIES)]
+
+    result, logs = delivered(score, message, redelivered=True)
+
+    assert [type(outcome) for outcome in tries] == [Reject] * MAX_DELIVERIES
+    reason = (
+        f"scoring failed on its last delivery (EVIDENCE_MAX_DELIVERIES={MAX_DELIVERIES}): "
+        f"ResponseError: {WRONGTYPE}"
+    )
+    assert result == [{"case_id": "poison", "input_hash": None, "status": "invalid", "cache": None}]
+    assert [entry["event"] for entry in logs] == [
+        "evidence_coverage.task_failed",
+        "evidence_coverage.rejected",
+    ]
+    assert logs[0]["why"] == (
+        "last delivery: each message is scored alone, and any that fails is recorded as "
+        "rejected with its error"
+    )
+    assert without_duration(logs[1]) == rejected_entry(
+        reason,
+        case_id="poison",
+        task_name="evidence_coverage.score",
+        retries=0,
+        redelivered=True,
+    )
+    (letter,) = store.dead_letters()
+    assert (letter.error, json.loads(letter.body), letter.position) == (reason, message, 0)
+
+
+def test_a_bug_that_goes_away_on_redelivery_is_scored_then(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    message = message_dict(case_id="flaky")
+    store.broken.add(hash_of(message))
+    first, _ = delivered(score, message)
+    store.broken.clear()
+
+    result, logs = delivered(score, message, redelivered=True)
+
+    assert isinstance(first, Reject)
+    assert [entry["event"] for entry in logs] == ["evidence_coverage.scored"]
+    assert result[0]["status"] == "scored"
+    assert store.dead_letters() == []
+
+
+def test_on_the_last_delivery_one_poison_message_does_not_take_its_batch_with_it(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """The batch fails as a whole until the last delivery; that one scores each message
+    alone: the others are scored, the poison one rejected at its own position."""
+    batch = [message_dict(case_id=case, answer=f"Refunds: 30 days. [{case}]") for case in "abc"]
+    store.broken.add(hash_of(batch[1]))
+    store.note_published([ledger_entry("task-1", n) for n in range(3)])
+    for n in range(MAX_DELIVERIES):
+        assert isinstance(delivered(score_batch, batch, redelivered=n > 0)[0], Reject)
+    assert len(list(store.unrecorded(published_before=LATER))) == 3
+
+    result, logs = delivered(score_batch, batch, redelivered=True)
+
+    assert [(line["case_id"], line["status"]) for line in result] == [
+        ("a", "scored"),
+        ("b", "invalid"),
+        ("c", "scored"),
+    ]
+    assert [entry["event"] for entry in logs] == [
+        "evidence_coverage.task_failed",
+        "evidence_coverage.scored",
+        "evidence_coverage.rejected",
+        "evidence_coverage.scored",
+    ]
+    (letter,) = store.dead_letters()
+    assert (letter.task_id, letter.position) == ("task-1", 1)
+    assert list(store.unrecorded(published_before=LATER)) == []
+
+
+def test_a_rejection_that_cannot_be_recorded_hands_the_message_back_too(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """When not even the dead letter can be written (on the last try, and past the bound),
+    the message goes back to the broker with a CRITICAL line rather than be acked unrecorded."""
+    message = message_dict(case_id="poison")
+    store.broken.add(hash_of(message))
+    for n in range(MAX_DELIVERIES):
+        delivered(score, message, redelivered=n > 0)
+    store.broken_letters = True
+
+    tries = [delivered(score, message, redelivered=True) for _ in range(2)]
+
+    for result, logs in tries:
+        assert isinstance(result, Reject)
+        assert result.requeue is True
+        assert [logs[-1][key] for key in ("event", "log_level", "case_ids")] == [
+            "evidence_coverage.unrecordable",
+            "critical",
+            ["poison"],
+        ]
+    assert store.dead_letters() == []
+    store.broken_letters = False
+    assert delivered(score, message, redelivered=True)[0][0]["status"] == "invalid"
+    assert [letter.error for letter in store.dead_letters()] == [
+        f"delivered {MAX_DELIVERIES + 2} times without completing "
+        f"(limit EVIDENCE_MAX_DELIVERIES={MAX_DELIVERIES})"
+    ]
+
+
+def test_a_bug_outside_a_worker_is_raised_to_the_caller(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    message = message_dict()
+    store.broken.add(hash_of(message))
+
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        score(message)
 
 
 # Delivery settings and task options (issue 3, deliverable 1)
