@@ -36,6 +36,7 @@ from tests.integration.worker_harness import (
 )
 from worker.constants import SCORE
 from worker.publishing import send
+from worker.stores.keys import outcome_key
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
@@ -120,6 +121,47 @@ def test_a_duplicate_redelivered_by_rabbitmq_is_recognised_as_the_same_write(
     assert [attempt.redelivered for attempt in history.attempts] == [False]
     assert history.total_attempts == 1
     assert store.alerts() == []
+
+
+@pytest.mark.timeout(240)
+def test_a_task_failing_on_a_bug_goes_back_to_rabbitmq_until_it_is_recorded(
+    start_worker: Callable[..., Worker],
+    amqp_queue: str,
+    publisher: Callable[..., Celery],
+    store: RedisStore,
+    message_dict: MessageFactory,
+) -> None:
+    """The record script fails on a corrupt key (WRONGTYPE): RabbitMQ gets the message back
+    (basic.reject with requeue), redelivers it flagged, and on redelivery 2
+    (EVIDENCE_MAX_DELIVERIES) it is recorded rejected; the next message is scored, and the
+    queue ends empty with nothing unacknowledged."""
+    broken, fine = (
+        message_dict(case_id=f"amqp-{name}", answer=f"Returns within 30 days. [{name}]")
+        for name in ("broken", "fine")
+    )
+    store.client.set(outcome_key(store.prefix, hash_of(broken)), "not a hash")
+    worker = start_worker(amqp_queue, broker_url=AMQP_URL, env={"EVIDENCE_MAX_DELIVERIES": "2"})
+    send_scores(publisher(AMQP_URL), amqp_queue, [broken, fine])
+
+    records = worker.wait_for(2, timeout=120)
+    wait_for(lambda: in_queue(amqp_queue) == (0, 0), timeout=30, what="an empty queue")
+
+    assert sorted((line["case_id"], line["event"]) for line in records) == [
+        ("amqp-broken", REJECTED),
+        ("amqp-fine", SCORED),
+    ]
+    (rejected,) = [line for line in records if line["event"] == REJECTED]
+    assert rejected["reason"].startswith(
+        "scoring failed on its last delivery (EVIDENCE_MAX_DELIVERIES=2): ResponseError: WRONGTYPE"
+    )
+    assert rejected["redelivered"] is True
+    failed = worker.events("evidence_coverage.task_failed")
+    assert [(line["case_ids"], line["redelivered"]) for line in failed] == [
+        (["amqp-broken"], False),
+        (["amqp-broken"], True),
+        (["amqp-broken"], True),
+    ]
+    assert [letter.error for letter in store.dead_letters()] == [rejected["reason"]]
 
 
 def declared_type(name: str) -> str:
