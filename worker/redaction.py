@@ -1,4 +1,5 @@
-"""Excerpts of answers, as a stored attempt may keep them (SPEC §9, EVIDENCE_KEEP_EXCERPTS).
+"""Excerpts of answers, as a stored attempt may keep them (SPEC §9, EVIDENCE_KEEP_EXCERPTS),
+and the redacted text a record line carries with EVIDENCE_LOG_RAW_TEXT.
 
 redact() catches three kinds of personal data, each replaced by a bracketed name:
 - e-mail addresses (`name@host.tld`): `[email]`;
@@ -17,7 +18,9 @@ than these three patterns, and an excerpt is cut in the worker's scoring path.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
+
+from contracts import AttributionResult
 
 _EMAIL: Final = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 # A run of digits with the separators phone and card numbers are written with, taken whole so
@@ -58,3 +61,16 @@ def excerpt(answer: str, span: tuple[int, int], max_chars: int) -> str | None:
     if not 0 <= start < end <= len(answer):
         return None
     return redact(answer[start:end])[:max_chars]
+
+
+def logged_text(message: AttributionResult, max_chars: int) -> dict[str, Any]:
+    """The answer and each context's text, redacted and cut to `max_chars`, as a record line
+    carries them with EVIDENCE_LOG_RAW_TEXT: names that say they are redacted, so that the
+    log processor that blanks raw `answer` and `contexts` fields lets them through."""
+    return {
+        "answer_redacted": redact(message.answer)[:max_chars],
+        "contexts_redacted": [
+            {"document_id": context.document_id, "text": redact(context.text)[:max_chars]}
+            for context in message.contexts
+        ],
+    }

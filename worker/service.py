@@ -22,6 +22,7 @@ from worker.errors import InputError, TransientError
 from worker.intake import Body, admit, body_text
 from worker.logging import emit_record, get_logger
 from worker.metrics import Metrics
+from worker.redaction import logged_text
 from worker.scoring import Clock, Delivery, Processed, process_many, rejected_record, utc_now
 from worker.settings import Settings
 from worker.stores import DeadLetter, ResultStore, open_store
@@ -83,6 +84,9 @@ class Service:
         letters = []
         slots: list[Processed | None] = []
         case_ids: list[str | None] = []
+        # Per body, the redacted text its line carries with EVIDENCE_LOG_RAW_TEXT; a rejected
+        # body carries none (its dead letter keeps it whole).
+        texts: list[dict[str, Any]] | None = [] if self.settings.log_raw_text else None
         for body, delivery in bodies:
             try:
                 message = admit(body, max_bytes=self.settings.max_message_bytes)
@@ -97,10 +101,14 @@ class Service:
                 )
                 slots.append(Processed(record=record))
                 case_ids.append(record.case_id)
+                if texts is not None:
+                    texts.append({})
                 continue
             admitted.append((message, delivery))
             slots.append(None)
             case_ids.append(message.case_id)
+            if texts is not None:
+                texts.append(logged_text(message, self.settings.excerpt_max_chars))
         # The WARNING lines of a store outage name the messages that are waiting for it.
         with structlog.contextvars.bound_contextvars(case_ids=case_ids):
             self.store.dead_letter(*letters)
@@ -114,7 +122,7 @@ class Service:
                 )
             )
         results = [slot if slot is not None else next(scored) for slot in slots]
-        self._emit(results, seconds=time.perf_counter() - started)
+        self._emit(results, seconds=time.perf_counter() - started, texts=texts)
         return results
 
     def reject(
@@ -166,15 +174,26 @@ class Service:
             position=delivery.position,
         )
 
-    def _emit(self, results: Sequence[Processed], *, seconds: float | None, **context: Any) -> None:
-        """Each record (and alert) in order; the call's time is shared out per message."""
+    def _emit(
+        self,
+        results: Sequence[Processed],
+        *,
+        seconds: float | None,
+        texts: Sequence[dict[str, Any]] | None = None,
+        **context: Any,
+    ) -> None:
+        """Each record (and alert) in order; the call's time is shared out per message;
+        `texts`: per result, fields its line carries besides (EVIDENCE_LOG_RAW_TEXT)."""
         per_message_ms = None if seconds is None else seconds * 1000 / max(len(results), 1)
         if per_message_ms is not None:
             context["duration_ms"] = round(per_message_ms, 3)
         alerts = drift_alerts = 0
         exporter = telemetry.active()
-        for result in results:
-            emit_record(result.record, **context)
+        for position, result in enumerate(results):
+            if texts is None:
+                emit_record(result.record, **context)
+            else:
+                emit_record(result.record, **context, **texts[position])
             if exporter is not None:
                 exporter.evaluation(result.record)
             # A replayed alert is raised again: when the first reply was lost, this is the

@@ -68,13 +68,20 @@ class Settings(BaseSettings):
         default="otel",
         description="JSON line field names: OpenTelemetry's (otel) or those plus ECS's (ecs)",
     )
-    log_raw_text: bool = False
+    log_raw_text: bool = Field(
+        default=False,
+        description="record lines also carry the answer and each context's text, redacted "
+        "and cut to EVIDENCE_EXCERPT_MAX_CHARS (for debugging; off in production)",
+    )
     keep_excerpts: bool = Field(
         default=False,
         description="stored attempts keep each citation's answer span, redacted (never logged)",
     )
     excerpt_max_chars: int = Field(
-        default=280, gt=0, description="the longest excerpt a stored attempt keeps"
+        default=280,
+        gt=0,
+        description="the longest excerpt a stored attempt keeps, and the longest text a line "
+        "carries with EVIDENCE_LOG_RAW_TEXT",
     )
     result_ttl_seconds: int | None = Field(default=None, gt=0)
     visibility_timeout_seconds: int = Field(default=300, gt=0)

@@ -328,6 +328,36 @@ def test_score_batch_rejects_an_argument_that_is_not_a_list(
     )
 
 
+def test_with_log_raw_text_a_record_line_carries_the_text_redacted_and_cut(
+    message_dict: MessageFactory, runtime: Service
+) -> None:
+    """EVIDENCE_LOG_RAW_TEXT: the answer and each context's text on the record line, e-mail,
+    card and phone numbers replaced, cut to EVIDENCE_EXCERPT_MAX_CHARS; a rejected body on
+    the same batch carries none, and the raw field names stay blanked."""
+    runtime.settings = Settings(log_raw_text=True, excerpt_max_chars=24)
+    message = message_dict(answer="Mail ann@example.com or call +44 20 7946 0958 today.")
+    message["contexts"][0]["text"] = "Refunds go to the card 4111 1111 1111 1111 within 30 days."
+
+    _, logs = run(score_batch, [message, {"case_id": "broken"}])
+
+    scored, rejected = logs
+    assert scored["answer_redacted"] == "Mail [email] or call [ph"
+    assert scored["contexts_redacted"][0] == {
+        "document_id": message["contexts"][0]["document_id"],
+        "text": "Refunds go to the card [",
+    }
+    assert len(scored["contexts_redacted"]) == len(message["contexts"])
+    assert "answer_redacted" not in rejected
+    assert "answer" not in scored
+    assert "contexts" not in scored
+
+
+def test_without_log_raw_text_a_record_line_carries_no_text(message_dict: MessageFactory) -> None:
+    _, logs = run(score, message_dict())
+
+    assert not {"answer", "contexts", "answer_redacted", "contexts_redacted"} & set(logs[0])
+
+
 # The redelivery bound
 
 
