@@ -4,7 +4,8 @@ Acks and serialization are the app's (worker/app.py). A store outage is waited o
 service's store (worker/stores/durable.py), within the task and with the message unacknowledged;
 when it lasts longer, the task hands the message back to the broker: never an ack without an
 outcome. Celery's own retry would publish a copy and ack the original, which loses the message
-when the broker is the Redis that is down.
+when the broker is the Redis that is down. Any other error (a bug) hands the message back too,
+until its last delivery records it as rejected (`_failed`).
 """
 
 from __future__ import annotations
