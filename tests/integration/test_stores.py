@@ -16,7 +16,7 @@ import pytest
 from contracts import Alert, Attempt
 from tests import factories
 from tests.conftest import FIXED_NOW
-from worker.errors import ConfigurationError
+from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import DEAD_LETTER_MAX_BYTES, Settings
 from worker.stores import DeadLetter, History, Recorded, ResultStore, open_store
@@ -832,6 +832,64 @@ def test_new_attempts_beside_a_previous_version_first_compare_and_read_back(
     assert store.history(HASH) == History(
         input_hash=HASH, first=first, attempts=[first, hit, observed], total_attempts=3
     )
+
+
+def fill(store: SQLiteStore) -> None:
+    """SQLite's own SQLITE_FULL from now on: the file may not grow past its current pages."""
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_a_full_sqlite_store_refuses_writes_for_now_and_takes_them_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    """A full disk is a TransientError (the worker waits it out with the message
+    unacknowledged, as at Redis's maxmemory), not a bug that fails the task: nothing is
+    half-written, and the same writes land once there is room."""
+    store = SQLiteStore(tmp_path / "s.sqlite3")
+    store.record(HASH, attempt(1), now=FIXED_NOW)
+    fill(store)
+    big = [(f"{n:064x}", attempt(n, reason="r" * 4000)) for n in range(2, 40)]
+    letter = DeadLetter(received_at=FIXED_NOW, error="bad", body="x" * 20_000, task_id="t")
+    writes: list[Callable[[], object]] = [
+        lambda: store.record_many(big, now=FIXED_NOW),
+        lambda: store.dead_letter(letter),
+    ]
+
+    for write in writes:
+        with pytest.raises(TransientError) as refused:
+            write()
+        assert str(refused.value) == "SQLite refuses writes for now: database or disk is full"
+    assert [store.history(input_hash) for input_hash, _ in big] == [None] * len(big)
+    assert store.dead_letters() == []
+    assert not store._db.in_transaction
+
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    assert [recorded.cache for recorded in store.record_many(big, now=FIXED_NOW)] == ["miss"] * len(
+        big
+    )
+    store.dead_letter(letter)
+    assert [kept.error for kept in store.dead_letters()] == ["bad"]
+    store.close()
+
+
+def test_a_sqlite_store_locked_past_its_busy_timeout_refuses_writes_for_now(
+    tmp_path: Path,
+) -> None:
+    """Another process holding the write lock longer than the busy timeout: retry later."""
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteStore(path, busy_timeout_seconds=0.05)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(TransientError) as refused:
+            store.count_delivery("task-1")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert str(refused.value) == "SQLite refuses writes for now: database is locked"
+    assert store.count_delivery("task-1") == 1
+    store.close()
 
 
 def test_sqlite_version_0_file_is_migrated_on_open(tmp_path: Path) -> None:

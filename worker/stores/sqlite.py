@@ -697,11 +697,12 @@ class SQLiteStore(SQLiteLedger):
         return [DeadLetter.model_validate_json(text) for (text,) in rows]
 
     def count_delivery(self, task_id: str) -> int:
-        row = self._db.execute(
-            "INSERT INTO deliveries (task_id, count) VALUES (?, 1)"
-            " ON CONFLICT (task_id) DO UPDATE SET count = count + 1 RETURNING count",
-            (task_id,),
-        ).fetchone()
+        with immediate(self._db):
+            row = self._db.execute(
+                "INSERT INTO deliveries (task_id, count) VALUES (?, 1)"
+                " ON CONFLICT (task_id) DO UPDATE SET count = count + 1 RETURNING count",
+                (task_id,),
+            ).fetchone()
         return int(row[0])
 
     def close(self) -> None:
