@@ -20,7 +20,15 @@ from celery import Task
 from celery.exceptions import Reject
 
 from worker.app import app
-from worker.constants import CANARY, NOOP, RECONCILE, SCORE, SCORE_BATCH
+from worker.constants import (
+    CANARY,
+    NOOP,
+    RECONCILE,
+    SCORE,
+    SCORE_BATCH,
+    TASK_FAILED,
+    UNRECORDABLE,
+)
 from worker.errors import TransientError
 from worker.intake import case_id_of
 from worker.logging import get_logger
@@ -83,7 +91,7 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
             if task.request.called_directly:
                 raise
             get_logger().critical(
-                "evidence_coverage.unrecordable",
+                UNRECORDABLE,
                 case_ids=[case_id_of(body) for body in bodies],
                 exc_info=error,
                 why="not even a rejection could be recorded: the message goes back to the "
@@ -114,7 +122,7 @@ def _failed(
     case_ids = [case_id_of(body) for body in bodies]
     if deliveries < limit:
         get_logger().error(
-            "evidence_coverage.task_failed",
+            TASK_FAILED,
             case_ids=case_ids,
             exc_info=error,
             why=f"the message goes back to the broker unacknowledged and is tried again; on "
@@ -123,7 +131,7 @@ def _failed(
         )
         raise Reject(f"{type(error).__name__}: {error}", requeue=True) from error
     get_logger().error(
-        "evidence_coverage.task_failed",
+        TASK_FAILED,
         case_ids=case_ids,
         exc_info=error,
         why="last delivery: each message is scored alone, and any that fails is recorded as "

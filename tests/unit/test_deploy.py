@@ -33,6 +33,7 @@ from tests.conftest import ROOT
 from tests.ecs import ecs_conflicts
 from worker.cli import COMMANDS, build_parser
 from worker.cli import health as health_cli
+from worker.constants import TASK_FAILED, UNRECORDABLE
 from worker.logging import SERVICE_NAME, configure_logging, get_logger
 from worker.metrics import LATENCY_BUCKETS, MULTIPROC_ENV
 from worker.settings import Settings, load_settings
@@ -970,6 +971,21 @@ def test_loki_rules_fire_on_alert_records(event: str, label: str) -> None:
     expression = rule["expr"]
     assert f'{{service_name="{SERVICE_NAME}"}}' in expression
     assert f"sum by ({label}" in expression
+
+
+def test_a_loki_rule_fires_on_tasks_failing_on_a_bug() -> None:
+    """One critical rule per event and task for the lines a task failing on a bug writes."""
+    (rule,) = [r for r in rules("loki-rules.yaml") if "task_failed" in r["expr"]]
+    selector = re.search(r'\| event=~"([^"]+)"', rule["expr"])
+    assert selector is not None
+    pattern = re.compile(selector.group(1))
+    assert [pattern.fullmatch(event) is not None for event in (TASK_FAILED, UNRECORDABLE)] == [
+        True,
+        True,
+    ]
+    assert pattern.fullmatch("evidence_coverage.scored") is None
+    assert "sum by (event, task_name)" in rule["expr"]
+    assert rule["labels"]["severity"] == "critical"
 
 
 def test_prometheus_rules_use_only_agreed_metrics() -> None:
