@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 from itertools import islice
+from time import sleep
 from typing import Any
 
 import structlog
@@ -40,6 +41,7 @@ from worker.stores.durable import impatient
 # Events, Flower and `inspect` name a scoring task's messages by case ID (worker/requests.py).
 TASK_OPTIONS: dict[str, Any] = {"bind": True, "Request": "worker.requests:NamedByCase"}
 SAMPLE_CASE_IDS = 20  # named in the reconcile task's WARNING line
+UNRECORDABLE_PAUSE_SECONDS = 1.0
 
 
 def _delivery(task: Task) -> Delivery:
@@ -49,7 +51,6 @@ def _delivery(task: Task) -> Delivery:
 
 def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
     delivery = _delivery(task)
-    service = task.app.service()
     with structlog.contextvars.bound_contextvars(
         task_id=delivery.task_id,
         task_name=task.name,
@@ -57,6 +58,9 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
         redelivered=delivery.redelivered,
     ):
         try:
+            # Built on first use in each pool process: a policy file or store that went away
+            # since the worker started fails here, and must not fail the task (an ack).
+            service = task.app.service()
             deliveries = 0
             if delivery.redelivered and delivery.task_id:
                 deliveries = _count_delivery(service.store, delivery.task_id)
@@ -94,9 +98,13 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
                 UNRECORDABLE,
                 case_ids=[case_id_of(body) for body in bodies],
                 exc_info=error,
-                why="not even a rejection could be recorded: the message goes back to the "
-                "broker unacknowledged rather than be acknowledged with no record",
+                why="neither a record nor a rejection could be written (or this process "
+                "could not build its store and policy): the message goes back to the broker "
+                "unacknowledged rather than be acknowledged with no record",
             )
+            # Nothing bounds these redeliveries (the count may be what fails): a pause keeps
+            # a message that comes straight back from spinning a core and flooding the log.
+            sleep(UNRECORDABLE_PAUSE_SECONDS)
             raise Reject(f"{type(error).__name__}: {error}", requeue=True) from error
 
 

@@ -18,6 +18,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +28,7 @@ from celery import Celery
 
 from contracts import Alert, ContractDriftAlert
 from contracts.records import CONTRACT_DRIFT, NONDETERMINISM, REJECTED, SCORED
-from tests.conftest import BASE_MESSAGE
+from tests.conftest import BASE_MESSAGE, EXAMPLES
 from tests.integration import worker_harness as harness
 from tests.integration.conftest import check_redis
 from tests.integration.worker_harness import (
@@ -50,7 +52,7 @@ from worker.app import celery_config, create_app
 from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
 from worker.intake import check_encodable, parse_message
-from worker.settings import Settings
+from worker.settings import Settings, read_policy_file
 from worker.stores.keys import outcome_key
 from worker.stores.redis import RedisStore
 
@@ -65,6 +67,7 @@ store = harness.store
 redis_server = harness.redis_server
 
 MessageFactory = Callable[..., dict[str, Any]]
+POLICY = EXAMPLES / "policy.toml"
 TWO_THIRDS = 2 / 3
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
 ONE_THIRD_REASON = "supported=1; required=3; missing=refund-method,support-channel"
@@ -362,6 +365,63 @@ def test_a_worker_reconnects_after_a_redis_restart_and_scores_what_comes_next(
         assert throwaway.alerts() == []
     finally:
         throwaway.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_policy_file_gone_after_start_holds_messages_until_it_is_back(
+    start_worker: Callable[..., Worker],
+    queue: str,
+    publisher: Callable[..., Celery],
+    store: RedisStore,
+    message_dict: MessageFactory,
+    tmp_path: Path,
+) -> None:
+    """A pool process reads the policy at its first message. With the file gone since the
+    worker started, Celery would fail the task and ack it, unrecorded; here each delivery
+    says so in a CRITICAL line and goes back to the broker, a second apart, until the file
+    is back: then the message is scored once, and nothing is left unacknowledged."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY.read_text("utf-8"), "utf-8")
+    worker = start_worker(queue, env={"EVIDENCE_POLICY_FILE": str(policy)})
+    worker.wait_ready()
+    policy.unlink()
+    (message,) = distinct(message_dict, "no-policy", 1)
+    (task_id,) = send_scores(publisher(), queue, [message])
+
+    held = worker.wait_until(
+        lambda lines: len(unrecordable(lines, task_id)) >= 2,
+        timeout=60,
+        what="the message handed back twice",
+    )
+    policy.write_text(POLICY.read_text("utf-8"), "utf-8")
+    (record,) = worker.wait_for(1, timeout=60)
+    wait_for_value(lambda: unacked_count(BROKER_URL, queue), 0, timeout=30)
+
+    first, second = unrecordable(held, task_id)[:2]
+    assert (first["level"], first["case_ids"], first["exception.type"]) == (
+        "critical",
+        [message["case_id"]],
+        "ConfigurationError",
+    )
+    assert "policy.toml" in first["exception.message"]
+    assert (second["redelivered"], record["redelivered"]) == (True, True)
+    pause = datetime.fromisoformat(second["timestamp"]) - datetime.fromisoformat(first["timestamp"])
+    assert pause.total_seconds() >= 1.0
+    assert (record["event"], record["case_id"], record["policy_version"]) == (
+        SCORED,
+        message["case_id"],
+        read_policy_file(POLICY).version,
+    )
+    check_first_outcomes(store, [message], [record])
+    assert queue_length(BROKER_URL, queue) == 0
+
+
+def unrecordable(lines: list[Line], task_id: str) -> list[Line]:
+    return [
+        line
+        for line in lines
+        if line.get("event") == "evidence_coverage.unrecordable" and line["task_id"] == task_id
+    ]
 
 
 # 5 and 6. Poison messages and an identical redelivery, on one shared worker

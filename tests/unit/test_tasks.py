@@ -25,9 +25,10 @@ from structlog.testing import capture_logs
 from contracts import Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from tests.factories import expected_rejected, expected_scored, ledger_entry
+from worker import tasks
 from worker.alerts import SOURCE_OF_TRUTH, AlertSink, WebhookSender
 from worker.app import app, celery_config
-from worker.errors import TransientError
+from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.logging import get_logger
 from worker.service import Service
@@ -413,6 +414,14 @@ def test_redeliveries_are_counted_per_task_id(message_dict: MessageFactory) -> N
 # A task that fails on a bug: never acknowledged without an outcome
 
 
+@pytest.fixture(autouse=True)
+def no_pause(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pause before an unrecordable message goes back, recorded instead of slept."""
+    pauses: list[float] = []
+    monkeypatch.setattr(tasks, "sleep", pauses.append)
+    return pauses
+
+
 def delivered(
     task: Task, argument: Any, *, redelivered: bool = False
 ) -> tuple[Any, list[MutableMapping[str, Any]]]:
@@ -547,7 +556,7 @@ def test_on_the_last_delivery_one_poison_message_does_not_take_its_batch_with_it
 
 
 def test_a_rejection_that_cannot_be_recorded_hands_the_message_back_too(
-    message_dict: MessageFactory, store: FlakyStore
+    message_dict: MessageFactory, store: FlakyStore, no_pause: list[float]
 ) -> None:
     """When not even the dead letter can be written (on the last try, and past the bound),
     the message goes back to the broker with a CRITICAL line rather than be acked unrecorded."""
@@ -568,12 +577,38 @@ def test_a_rejection_that_cannot_be_recorded_hands_the_message_back_too(
             ["poison"],
         ]
     assert store.dead_letters() == []
+    assert no_pause == [tasks.UNRECORDABLE_PAUSE_SECONDS] * 2
     store.broken_letters = False
     assert delivered(score, message, redelivered=True)[0][0]["status"] == "invalid"
     assert [letter.error for letter in store.dead_letters()] == [
         f"delivered {MAX_DELIVERIES + 2} times without completing "
         f"(limit EVIDENCE_MAX_DELIVERIES={MAX_DELIVERIES})"
     ]
+
+
+def test_a_process_that_cannot_build_its_service_hands_the_message_back(
+    message_dict: MessageFactory, monkeypatch: pytest.MonkeyPatch, no_pause: list[float]
+) -> None:
+    """A pool process builds its store and policy at its first message: when that fails (a
+    policy file gone since the worker started), the message goes back, after a pause."""
+
+    def unbuildable() -> Service:
+        raise ConfigurationError("policy file policy.toml: No such file or directory")
+
+    monkeypatch.setattr(app, "service", unbuildable)
+
+    result, logs = delivered(score, message_dict(case_id="early"))
+
+    assert isinstance(result, Reject)
+    assert (result.requeue, result.reason) == (
+        True,
+        "ConfigurationError: policy file policy.toml: No such file or directory",
+    )
+    ((event, level, case_ids),) = [
+        (entry["event"], entry["log_level"], entry["case_ids"]) for entry in logs
+    ]
+    assert (event, level, case_ids) == ("evidence_coverage.unrecordable", "critical", ["early"])
+    assert no_pause == [tasks.UNRECORDABLE_PAUSE_SECONDS]
 
 
 def test_a_bug_outside_a_worker_is_raised_to_the_caller(
