@@ -111,11 +111,14 @@ class FaultProxy:
                 except OSError:
                     client.close()
                     continue
+                # Before the pair is listed: from then on reset_all() may close its sockets
+                # at any moment, and a settimeout() on a closed one would end this thread.
+                client.settimeout(WAKE_SECONDS)
+                server.settimeout(WAKE_SECONDS)
                 pair = _Pair(client, server)
                 with self._lock:
                     self._pairs.append(pair)
                 for source, sink, replies in ((client, server, False), (server, client, True)):
-                    source.settimeout(WAKE_SECONDS)
                     threading.Thread(
                         target=self._relay, args=(pair, source, sink, replies), daemon=True
                     ).start()
