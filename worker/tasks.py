@@ -49,7 +49,8 @@ def _delivery(task: Task) -> Delivery:
     return Delivery(task_id=task.request.id, redelivered=bool(info.get("redelivered")))
 
 
-def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
+def _run(task: Task, bodies: list[Any], *, refuse: str | None = None) -> list[dict[str, Any]]:
+    """Score the task's bodies, or reject them all with `refuse`; never an ack unrecorded."""
     delivery = _delivery(task)
     with structlog.contextvars.bound_contextvars(
         task_id=delivery.task_id,
@@ -61,6 +62,8 @@ def _run(task: Task, bodies: list[Any]) -> list[dict[str, Any]]:
             # Built on first use in each pool process: a policy file or store that went away
             # since the worker started fails here, and must not fail the task (an ack).
             service = task.app.service()
+            if refuse is not None:
+                return summary(service.reject(bodies, refuse, delivery))
             deliveries = 0
             if delivery.redelivered and delivery.task_id:
                 deliveries = _count_delivery(service.store, delivery.task_id)
@@ -183,7 +186,7 @@ def score_batch(self: Task, messages: Any) -> list[dict[str, Any]]:
     """Score a list of AttributionResults; each keeps its own record and hit/conflict."""
     if not isinstance(messages, list):
         error = f"score_batch takes a list of messages, got {type(messages).__name__}"
-        return summary(self.app.service().reject([messages], error, _delivery(self)))
+        return _run(self, [messages], refuse=error)
     return _run(self, messages)
 
 

@@ -314,13 +314,20 @@ def test_a_poison_task_s_dead_letters_close_every_entry_of_it(
 def test_score_batch_rejects_an_argument_that_is_not_a_list(
     message_dict: MessageFactory, store: FlakyStore
 ) -> None:
-    """score_batch with one message instead of a list: one `rejected` record, one dead letter."""
+    """score_batch with one message instead of a list: one `rejected` record (with the task's
+    context, as every record of a task), one dead letter."""
     message = message_dict()
 
     _, logs = run(score_batch, message)
 
     assert [without_duration(entry) for entry in logs] == [
-        rejected_entry("score_batch takes a list of messages, got dict", case_id="refund-001")
+        rejected_entry(
+            "score_batch takes a list of messages, got dict",
+            case_id="refund-001",
+            task_name="evidence_coverage.score_batch",
+            retries=0,
+            redelivered=False,
+        )
     ]
     (letter,) = store.dead_letters()
     assert (letter.error, json.loads(letter.body)) == (
@@ -586,8 +593,21 @@ def test_a_rejection_that_cannot_be_recorded_hands_the_message_back_too(
     ]
 
 
+@pytest.mark.parametrize(
+    ("task", "as_body"),
+    [
+        (score, lambda message: message),
+        (score_batch, lambda message: [message]),
+        (score_batch, lambda message: message),  # not a list: rejected, once it can be recorded
+    ],
+    ids=["score", "score_batch", "score_batch-not-a-list"],
+)
 def test_a_process_that_cannot_build_its_service_hands_the_message_back(
-    message_dict: MessageFactory, monkeypatch: pytest.MonkeyPatch, no_pause: list[float]
+    message_dict: MessageFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    no_pause: list[float],
+    task: Task,
+    as_body: Callable[[dict[str, Any]], Any],
 ) -> None:
     """A pool process builds its store and policy at its first message: when that fails (a
     policy file gone since the worker started), the message goes back, after a pause."""
@@ -596,8 +616,9 @@ def test_a_process_that_cannot_build_its_service_hands_the_message_back(
         raise ConfigurationError("policy file policy.toml: No such file or directory")
 
     monkeypatch.setattr(app, "service", unbuildable)
+    body = as_body(message_dict(case_id="early"))
 
-    result, logs = delivered(score, message_dict(case_id="early"))
+    result, logs = delivered(task, body)
 
     assert isinstance(result, Reject)
     assert (result.requeue, result.reason) == (
