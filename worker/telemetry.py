@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from contracts.metric import METRIC_NAME
 from contracts.records import REJECTED, ScoreRecord
 
 if TYPE_CHECKING:
@@ -27,9 +28,7 @@ ENDPOINT_VARIABLES: Final = (
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
 )
-SERVICE_NAME: Final = "evidence-coverage-worker"
 EVALUATION_EVENT: Final = "gen_ai.evaluation.result"
-EVALUATION_NAME: Final = "evidence_coverage"
 FLUSH_MILLIS: Final = 5_000  # a worker's shutdown waits at most this long for its exports
 # OpenTelemetry's SeverityNumber for a record's level (structlog's names).
 SEVERITY: Final = {"info": 9, "warning": 13}
@@ -47,7 +46,7 @@ def evaluation_attributes(record: ScoreRecord) -> dict[str, str | float | bool]:
     (score value only for a valid row, label the decision, explanation the reason,
     error.type for a row that has no value) and our provenance, None values left out."""
     attributes: dict[str, Any] = {
-        "gen_ai.evaluation.name": EVALUATION_NAME,
+        "gen_ai.evaluation.name": METRIC_NAME,
         "gen_ai.evaluation.score.value": record.value,
         "gen_ai.evaluation.score.label": record.status,
         "gen_ai.evaluation.explanation": record.reason,
@@ -81,12 +80,14 @@ class Telemetry:
     """The process's providers, and the event each record is exported as."""
 
     def __init__(self, tracer_provider: TracerProvider, logger_provider: LoggerProvider) -> None:
+        from opentelemetry._logs import SeverityNumber
+
+        from worker.logging import LOGGER_NAME
+
         self.pid = os.getpid()
         self.tracer_provider = tracer_provider
         self.logger_provider = logger_provider
-        self._logger = logger_provider.get_logger("evidence_coverage")
-        from opentelemetry._logs import SeverityNumber
-
+        self._logger = logger_provider.get_logger(LOGGER_NAME)
         self._severity = {level: SeverityNumber(number) for level, number in SEVERITY.items()}
 
     def evaluation(self, record: ScoreRecord) -> None:
@@ -128,6 +129,8 @@ def start(environ: Mapping[str, str] = os.environ) -> Telemetry:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from worker.logging import SERVICE_NAME
 
     # Resource.create lets attributes given here win over OTEL_SERVICE_NAME: ours is only
     # the default.
