@@ -12,8 +12,7 @@ import os
 import signal
 import subprocess
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,7 +29,6 @@ from tests.integration.worker_harness import (
     Line,
     Worker,
     check_first_outcomes,
-    check_rabbitmq,
     hash_of,
     send_scores,
 )
@@ -45,20 +43,9 @@ pytestmark = pytest.mark.integration
 start_worker = harness.start_worker
 publisher = harness.publisher
 store = harness.store
+amqp_queue = harness.amqp_queue
 
 MessageFactory = Callable[..., dict[str, Any]]
-
-
-@pytest.fixture
-def amqp_queue() -> Iterator[str]:
-    """A queue of this test's own on RabbitMQ; it and its exchange are deleted afterwards."""
-    check_rabbitmq()
-    name = f"test-queue-{uuid.uuid4().hex[:10]}"
-    yield name
-    with Connection(AMQP_URL, connect_timeout=3) as connection:
-        channel = connection.default_channel
-        channel.queue_delete(name)
-        channel.exchange_delete(name)
 
 
 def distinct(message_dict: MessageFactory, tag: str, count: int) -> list[dict[str, Any]]:

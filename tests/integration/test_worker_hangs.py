@@ -12,7 +12,7 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,6 +30,7 @@ from tests.integration.worker_harness import (
     Worker,
     check_first_outcomes,
     queue_length,
+    scored_cases,
     send_scores,
     unacked_count,
     unacked_task_ids,
@@ -43,11 +44,11 @@ pytestmark = pytest.mark.integration
 queue = harness.queue
 start_worker = harness.start_worker
 publisher = harness.publisher
+proxy = harness.proxy
 store = harness.store
 redis_server = harness.redis_server
 
 MessageFactory = Callable[..., dict[str, Any]]
-REDIS_PORT = 6379
 BROKER_DB = 12
 SOCKET_TIMEOUT_SECONDS = 2
 HEALTH_CHECK_SECONDS = 2
@@ -79,10 +80,6 @@ def procfile_worker(start: Callable[..., Worker], queue: str, **kwargs: Any) -> 
     return start(queue, command=command, **kwargs)
 
 
-def scored_cases(lines: list[Line]) -> set[str]:
-    return {str(line.get("case_id")) for line in lines if line.get("event") == SCORED}
-
-
 def is_stale_line(line: Line) -> bool:
     return any(text in str(line.get("event", "")) for text in STALE_EVENTS)
 
@@ -93,15 +90,6 @@ def connected_after_stale(lines: list[Line]) -> bool:
     return stale is not None and any(
         str(line.get("event", "")).startswith(CONNECTED_EVENT) for line in lines[stale + 1 :]
     )
-
-
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    """A fault proxy in front of the shared Redis; requested before start_worker, so it
-    outlives the workers that use it."""
-    started = FaultProxy(REDIS_PORT, lifetime=240).start()
-    yield started
-    started.stop()
 
 
 @pytest.mark.timeout(180)

@@ -14,16 +14,13 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
-from kombu import Connection
 
-from contracts.records import SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.worker_harness import (
@@ -31,7 +28,7 @@ from tests.integration.worker_harness import (
     ROOT,
     Line,
     Worker,
-    check_rabbitmq,
+    scored_cases,
     send_scores,
 )
 from worker.bench.launch import worker_command
@@ -41,9 +38,10 @@ pytestmark = pytest.mark.integration
 queue = harness.queue
 start_worker = harness.start_worker
 publisher = harness.publisher
+proxy = harness.proxy
+amqp_queue = harness.amqp_queue
 
 MessageFactory = Callable[..., dict[str, Any]]
-REDIS_PORT = 6379
 BROKER_DB = 12
 HEARTBEAT_SECONDS = 0.5
 MAX_AGE_SECONDS = 3.0
@@ -89,19 +87,6 @@ def health_until(
 
 def cannot_connect(lines: list[Line]) -> bool:
     return any("Cannot connect to" in str(line.get("event", "")) for line in lines)
-
-
-def scored_cases(lines: list[Line]) -> set[str]:
-    return {str(line.get("case_id")) for line in lines if line.get("event") == SCORED}
-
-
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    """A fault proxy in front of the shared Redis; requested before start_worker, so it
-    outlives the workers that use it."""
-    started = FaultProxy(REDIS_PORT, lifetime=240).start()
-    yield started
-    started.stop()
 
 
 @pytest.mark.timeout(240)
@@ -168,18 +153,6 @@ def test_health_follows_consuming_not_the_process(
         timeout=60,
         what="a record published after recovery",
     )
-
-
-@pytest.fixture
-def amqp_queue() -> Iterator[str]:
-    """A queue of this test's own on RabbitMQ; it and its exchange are deleted afterwards."""
-    check_rabbitmq()
-    name = f"test-queue-{uuid.uuid4().hex[:10]}"
-    yield name
-    with Connection(AMQP_URL, connect_timeout=3) as connection:
-        channel = connection.default_channel
-        channel.queue_delete(name)
-        channel.exchange_delete(name)
 
 
 @pytest.mark.timeout(180)

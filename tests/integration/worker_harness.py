@@ -28,6 +28,7 @@ from kombu import Connection
 
 from contracts import AttributionResult, input_hash
 from contracts.records import REJECTED, SCORED
+from tests.integration.fault_proxy import FaultProxy
 from worker.app import create_app
 from worker.bench.launch import worker_command
 from worker.constants import SCORE
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BROKER_URL = "redis://127.0.0.1:6379/12"
 STORE_URL = "redis://127.0.0.1:6379/14"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
+REDIS_PORT = 6379  # the shared Redis, broker and store
 RECORD_EVENTS = (SCORED, REJECTED)
 # Generous: the machine may be busy, and a worker imports Ragas before it is ready.
 READY_TIMEOUT_SECONDS = 90.0
@@ -505,6 +507,32 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def amqp_queue() -> Iterator[str]:
+    """A queue of this test's own on RabbitMQ; it and its exchange are deleted afterwards."""
+    check_rabbitmq()
+    name = f"test-queue-{uuid.uuid4().hex[:10]}"
+    yield name
+    with Connection(AMQP_URL, connect_timeout=3) as connection:
+        channel = connection.default_channel
+        channel.queue_delete(name)
+        channel.exchange_delete(name)
+
+
+@pytest.fixture
+def proxy() -> Iterator[FaultProxy]:
+    """A fault proxy in front of the shared Redis; requested before start_worker, so it
+    outlives the workers that use it."""
+    started = FaultProxy(REDIS_PORT, lifetime=240).start()
+    yield started
+    started.stop()
+
+
+def scored_cases(lines: list[Line]) -> set[str]:
+    """The case IDs of the `scored` records among `lines`."""
+    return {str(line.get("case_id")) for line in lines if line.get("event") == SCORED}
 
 
 def check_rabbitmq() -> None:
