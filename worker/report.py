@@ -333,7 +333,7 @@ def aggregate(
         by_version[record.contract_version][record.policy_group].append(record)
     located = list(located)
     by_group, alerts_by_version = place_alerts(located)
-    days = span is not None and span.first_day != span.last_day
+    days = span is not None and span.per_day
     field = span.field if span is not None else DEFAULT_TIME_FIELD
     return [
         VersionReport(

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.messages import as_utc
 from contracts.records import AlertKind
 
 TimeField = Literal["recorded_at", "produced_at"]
@@ -65,9 +66,7 @@ class Span(DayModel):
 
 def utc_day(moment: datetime | None) -> date | None:
     """The UTC day of an instant; a time without an offset is read as UTC."""
-    if moment is None:
-        return None
-    return (moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)).date()
+    return None if moment is None else as_utc(moment).date()
 
 
 def span_of(days: Sequence[date | None], field: TimeField) -> Span:
@@ -77,7 +76,7 @@ def span_of(days: Sequence[date | None], field: TimeField) -> Span:
         first_day=min(dated, default=None),
         last_day=max(dated, default=None),
         days=len(dated),
-        undated=len(days) - sum(day is not None for day in days),
+        undated=sum(day is None for day in days),
     )
 
 
