@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from html import escape
 
+from worker.html_table import table, td
 from worker.report_time import DAY_COLUMNS, WHY_UNDATED, DayReport, Span, day_cells
 
 WIDTH, LEFT, RIGHT = 760, 44, 16
@@ -223,21 +224,12 @@ def days_section(
     `means=False` for the rejected bucket: no mean panel, no mean in the legend."""
     if not known:
         return []
-    head = "".join(f"<th>{escape(column)}</th>" for column in DAY_COLUMNS)
-    rows = [
-        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in day_cells(day)) + "</tr>"
-        for day in known
-    ]
+    rows = [[td(cell) for cell in day_cells(day)] for day in known]
     parts = [
         f"<h3>Per day (UTC, by {span.field})</h3>",
         timeline_svg(label, known, span, means=means),
         LEGEND if means else LEGEND.replace(MEAN_SWATCH, ""),
-        '<table class="days">',
-        f"<thead><tr>{head}</tr></thead>",
-        "<tbody>",
-        *rows,
-        "</tbody>",
-        "</table>",
+        *table(list(DAY_COLUMNS), rows, "days"),
     ]
     if undated:
         parts.append(

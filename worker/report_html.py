@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from contracts.records import iso_utc
+from worker.html_table import table, td
 from worker.report import (
     BINS,
     COLUMNS,
@@ -104,10 +105,10 @@ def alert_hashes(report: Report) -> list[str]:
     # The hash is in its commands: a column of its own would only repeat its 64 characters.
     rows = [
         [
-            _td(a.kind),
-            _td(a.contract_version or "(not in this file)"),
-            _td(a.alerts),
-            _td("-" if a.first_raised_at is None else iso_utc(a.first_raised_at)),
+            td(a.kind),
+            td(a.contract_version or "(not in this file)"),
+            td(a.alerts),
+            td("-" if a.first_raised_at is None else iso_utc(a.first_raised_at)),
             f'<td class="commands" data-hash="{escape(a.input_hash)}">'
             + "<br>".join(f"<code>{escape(c)}</code>" for c in inspect_commands(a.input_hash))
             + "</td>",
@@ -118,7 +119,7 @@ def alert_hashes(report: Report) -> list[str]:
     more = report.alert_hashes_not_shown
     return [
         f"<h2>Alerts: {len(report.alert_hashes) + more} input hashes</h2>",
-        *_table(header, rows, "alert-hashes"),
+        *table(header, rows, "alert-hashes"),
         *([f"<p>and {more} more hashes not shown</p>"] if more else []),
     ]
 
@@ -263,46 +264,28 @@ def _group_table(groups: list[GroupReport]) -> list[str]:
     ]
 
 
-def _table(header: list[str], rows: list[list[str]], css: str) -> list[str]:
-    """A table of cells already rendered by `_td` (so escaped), under an escaped header."""
-    head = "".join(f"<th>{escape(cell)}</th>" for cell in header)
-    return [
-        f'<table class="{css}">',
-        f"<thead><tr>{head}</tr></thead>",
-        "<tbody>",
-        *("<tr>" + "".join(row) + "</tr>" for row in rows),
-        "</tbody>",
-        "</table>",
-    ]
-
-
-def _td(text: str | int, css: str = "") -> str:
-    attribute = f' class="{css}"' if css else ""
-    return f"<td{attribute}>{escape(str(text))}</td>"
-
-
 def owners_table(groups: list[GroupReport]) -> list[str]:
     """Rows per owner per group, all five owners always shown, and the rows with no owner."""
     rows = [
         [
-            _td(group_label(group.policy_group)),
-            *(_td(group.owners[owner]) for owner in OWNERS),
-            _td(group.no_owner),
+            td(group_label(group.policy_group)),
+            *(td(group.owners[owner]) for owner in OWNERS),
+            td(group.no_owner),
         ]
         for group in groups
     ]
     header = ["group", *OWNERS, "no owner"]
-    return ["<h3>Rows per owner</h3>", *_table(header, rows, "owners")]
+    return ["<h3>Rows per owner</h3>", *table(header, rows, "owners")]
 
 
 def missing_claims_table(groups: list[GroupReport]) -> list[str]:
     """The most often missing claim IDs per group with their dominant finding."""
     rows = [
         [
-            _td(group_label(group.policy_group)),
-            _td(claim.claim_id, "id"),
-            _td(claim.rows),
-            _td(finding_label(claim), "id"),
+            td(group_label(group.policy_group)),
+            td(claim.claim_id, "id"),
+            td(claim.rows),
+            td(finding_label(claim), "id"),
         ]
         for group in groups
         for claim in group.missing_claims
@@ -313,9 +296,9 @@ def missing_claims_table(groups: list[GroupReport]) -> list[str]:
         if (note := triage_note(group)) is not None
     ]
     header = ["group", "claim ID", "rows missing it", "dominant finding"]
-    table = _table(header, rows, "missing-claims")
+    rendered = table(header, rows, "missing-claims")
     heading = f"<h3>Most often missing claims (top {TOP_MISSING_CLAIMS} per group)</h3>"
-    return [heading, *(table if rows else ["<p>None.</p>"]), *notes]
+    return [heading, *(rendered if rows else ["<p>None.</p>"]), *notes]
 
 
 def _notes(groups: list[GroupReport]) -> list[str]:
