@@ -8,7 +8,7 @@ from typing import Any
 
 from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
-from worker.scoring import WORKER_VERSION
+from worker.pipeline.scoring import WORKER_VERSION
 from worker.stores import LedgerEntry
 
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"

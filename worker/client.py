@@ -20,9 +20,9 @@ from typing import Any
 from contracts import Attempt, AttributionResult
 from contracts.hashing import hash_of, judgement_inputs
 from contracts.messages import Context, Grader
-from worker.publishing import outgoing, send_noted
 from worker.settings import Settings, load_settings
 from worker.stores import History, ResultStore, open_store
+from worker.upstream.publishing import outgoing, send_noted
 
 
 class EvidenceClient:
@@ -88,7 +88,7 @@ class EvidenceClient:
 
     def _send(self, messages: Sequence[tuple[AttributionResult, str]], *, batch: bool) -> str:
         if self._app is None:
-            from worker.app import create_app
+            from worker.runtime.celery_app import create_app
 
             self._app = create_app(self.settings)
         task = outgoing(

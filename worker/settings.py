@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 from pathlib import Path
@@ -12,8 +13,8 @@ from pydantic import Field, FilePath, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts import Policy, parse_policy, policy_from_threshold
+from worker.constants import EMPTY_FILE_PROBLEM
 from worker.errors import ConfigurationError
-from worker.health import EMPTY_FILE_PROBLEM
 
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_SQLITE_PATH = "evidence-coverage.sqlite3"
@@ -129,7 +130,7 @@ class Settings(BaseSettings):
     heartbeat_file: Path | None = Field(
         default=None,
         description="the file the worker's consumer touches while it consumes, for "
-        "`evidence-worker health` (worker/health.py reads this variable itself)",
+        "`evidence-worker health` (worker/runtime/health.py reads this variable itself)",
     )
     heartbeat_seconds: float = Field(
         default=HEARTBEAT_SECONDS, gt=0, description="how often the heartbeat file is touched"
@@ -162,7 +163,7 @@ class Settings(BaseSettings):
     @field_validator("heartbeat_file", mode="before")
     @classmethod
     def _heartbeat_file_named(cls, value: Any) -> Any:
-        if value == "":  # as worker/health.py's own reading of the variable
+        if value == "":  # as worker/runtime/health.py's own reading of the variable
             raise ValueError(EMPTY_FILE_PROBLEM)
         return value
 
@@ -292,8 +293,6 @@ def load_settings() -> Settings:
 def read_policy_file(path: Path) -> Policy:
     """The policy in a TOML file (--policy or EVIDENCE_POLICY_FILE), or a ConfigurationError
     naming the file and what is wrong with it."""
-    from worker.inputs import display_path
-
     shown = display_path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -307,10 +306,14 @@ def read_policy_file(path: Path) -> Policy:
     return parse_policy(text, source=f"policy file {shown}")
 
 
+def display_path(path: str | Path) -> str:
+    """A path as a message may print it: bytes that are not UTF-8 shown as \\xff, not as
+    the lone surrogates Python decoded them to (which stderr would print as \\udcff)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def masked_url(url: str) -> str:
     """A URL as it may be printed: its password, if any, replaced by **."""
-    from worker.inputs import display_path
-
     scheme, separator, rest = url.partition("://")
     credentials, at, location = rest.rpartition("@")
     if not (separator and at and ":" in credentials):

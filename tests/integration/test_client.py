@@ -13,7 +13,7 @@ import redis
 from contracts import AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from worker.client import EvidenceClient
-from worker.scoring import Delivery, process
+from worker.pipeline.scoring import Delivery, process
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration

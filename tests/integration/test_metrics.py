@@ -19,9 +19,9 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker.app import create_app
 from worker.bench.launch import worker_command
-from worker.metrics import MULTIPROC_ENV, SINGLE_PROCESS_PROBLEM, known_message_labels
+from worker.observability.metrics import MULTIPROC_ENV, SINGLE_PROCESS_PROBLEM, known_message_labels
+from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -232,7 +232,7 @@ def write_earlier_run(directory: Path) -> None:
     """What a killed worker leaves in its multiprocess dir: counted messages and an alert, and
     a live gauge at 1 (it died waiting for the store)."""
     code = (
-        "from worker.metrics import Metrics; m = Metrics(enabled=True); "
+        "from worker.observability.metrics import Metrics; m = Metrics(enabled=True); "
         "m.alerts.inc(7); m.messages.labels(status='scored', cache='miss', owner='none').inc(5); "
         "m.store_waiting(True)"
     )

@@ -41,7 +41,7 @@ def test_the_procfile_s_prefork_pool_writes_first_come_first_served(
 
     pool = pool_stats(publisher(), worker)
 
-    assert pool["implementation"] == "worker.pool:PrefetchingTaskPool"
+    assert pool["implementation"] == "worker.runtime.pool:PrefetchingTaskPool"
     assert pool["writes"]["strategy"] == "fcfs"
     assert pool["max-concurrency"] == 2
 
@@ -54,5 +54,5 @@ def test_an_explicit_fair_optimization_is_kept(
 
     pool = pool_stats(publisher(), worker)
 
-    assert pool["implementation"] == "worker.pool:PrefetchingTaskPool"
+    assert pool["implementation"] == "worker.runtime.pool:PrefetchingTaskPool"
     assert pool["writes"]["strategy"] == "fair"

@@ -38,9 +38,9 @@ from tests.integration.worker_harness import (
 from worker.cli import main
 from worker.cli.exit_codes import INVALID, OK
 from worker.constants import SCORE, SCORE_BATCH
-from worker.consumer import ENVELOPE_BYTES
-from worker.publishing import BATCH_ENVELOPE_BYTES
+from worker.runtime.consumer import ENVELOPE_BYTES
 from worker.stores.redis import RedisStore
+from worker.upstream.publishing import BATCH_ENVELOPE_BYTES
 
 pytestmark = pytest.mark.integration
 

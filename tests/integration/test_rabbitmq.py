@@ -33,9 +33,9 @@ from tests.integration.worker_harness import (
     send_scores,
 )
 from worker.constants import SCORE
-from worker.publishing import send
 from worker.stores.keys import outcome_key
 from worker.stores.redis import RedisStore
+from worker.upstream.publishing import send
 
 pytestmark = pytest.mark.integration
 

@@ -34,9 +34,9 @@ from tests.integration.worker_harness import (
 )
 from worker.cli import main
 from worker.cli.exit_codes import OK, UNRECORDED
-from worker.publishing import publish_lines
 from worker.settings import Settings
 from worker.stores.redis import RedisStore
+from worker.upstream.publishing import publish_lines
 
 start_worker = harness.start_worker
 publisher = harness.publisher

@@ -30,8 +30,8 @@ from tests.integration.worker_harness import (
     hash_of,
     publish_raw,
 )
-from worker.app import create_app
 from worker.constants import SCORE, SCORE_BATCH
+from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores.redis import RedisStore
 

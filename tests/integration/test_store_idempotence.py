@@ -26,7 +26,7 @@ from tests.integration.test_stores import (
     attempt,
 )
 from worker.errors import TransientError
-from worker.scoring import Delivery, process_many, write_ids
+from worker.pipeline.scoring import Delivery, process_many, write_ids
 from worker.stores import Recorded, ResultStore
 from worker.stores.keys import alerts_key, outcome_key
 from worker.stores.redis import RedisStore

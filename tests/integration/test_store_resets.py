@@ -25,9 +25,9 @@ from contracts.records import NONDETERMINISM, SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.worker_harness import BROKER_URL, RedisServer, Worker, hash_of
-from worker.publishing import publish_lines
 from worker.settings import Settings
 from worker.stores.redis import RedisStore
+from worker.upstream.publishing import publish_lines
 
 start_worker = harness.start_worker
 redis_server = harness.redis_server

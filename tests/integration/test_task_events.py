@@ -17,7 +17,7 @@ from celery import Celery
 from contracts import AttributionResult
 from tests.integration import worker_harness
 from worker.constants import SCORE
-from worker.publishing import outgoing, send
+from worker.upstream.publishing import outgoing, send
 
 pytestmark = pytest.mark.integration
 

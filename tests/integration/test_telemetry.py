@@ -1,5 +1,6 @@
 """OpenTelemetry export through a real worker: task spans continue the upstream trace, and each
-record is a gen_ai.evaluation.result event in its task's span (worker/telemetry.py)."""
+record is a gen_ai.evaluation.result event in its task's span
+(worker/observability/telemetry.py)."""
 
 from __future__ import annotations
 

@@ -39,8 +39,8 @@ from tests.integration.worker_harness import (
     free_port,
     send_scores,
 )
-from worker.app import create_app
 from worker.cli import main
+from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores import open_store
 from worker.stores.redis import RedisStore

@@ -29,7 +29,7 @@ from tests.integration.worker_harness import (
     hash_of,
     send_scores,
 )
-from worker.alerts import JOIN_GRACE_SECONDS, SOURCE_OF_TRUTH, UNDELIVERED
+from worker.pipeline.alerts import JOIN_GRACE_SECONDS, SOURCE_OF_TRUTH, UNDELIVERED
 from worker.settings import WEBHOOK_DRAIN_SECONDS
 from worker.stores.redis import RedisStore
 

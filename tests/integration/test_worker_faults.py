@@ -48,10 +48,10 @@ from tests.integration.worker_harness import (
     unacked_count,
     unacked_task_ids,
 )
-from worker.app import celery_config, create_app
 from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
-from worker.intake import check_encodable, parse_message
+from worker.pipeline.intake import check_encodable, parse_message
+from worker.runtime.celery_app import celery_config, create_app
 from worker.settings import Settings, read_policy_file
 from worker.stores.keys import outcome_key
 from worker.stores.redis import RedisStore

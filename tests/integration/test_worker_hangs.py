@@ -36,7 +36,7 @@ from tests.integration.worker_harness import (
     unacked_task_ids,
 )
 from worker.bench.launch import worker_command
-from worker.consumer import guard_redis_transport
+from worker.runtime.consumer import guard_redis_transport
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration

@@ -160,7 +160,7 @@ def test_a_task_that_fails_on_a_bug_logs_its_traceback_as_fields(
     assert line["exception.message"] == "unsupported type for timedelta seconds component: str"
     stack = line["exception.stacktrace"]
     assert stack.startswith("Traceback (most recent call last):\n")
-    assert 'worker/tasks.py", line' in stack
+    assert 'worker/runtime/tasks.py", line' in stack
     assert "in reconcile\n" in stack
     assert worker.unparsed() == []
 

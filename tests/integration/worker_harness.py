@@ -29,9 +29,9 @@ from kombu import Connection
 from contracts import AttributionResult, input_hash
 from contracts.records import REJECTED, SCORED
 from tests.integration.fault_proxy import FaultProxy
-from worker.app import create_app
 from worker.bench.launch import worker_command
 from worker.constants import SCORE
+from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores.base import History
 from worker.stores.redis import RedisStore

@@ -8,10 +8,10 @@ import pytest
 from amqp.exceptions import ChannelError, MessageNacked
 from kombu.exceptions import OperationalError
 
-from worker.app import celery_config
 from worker.constants import SCORE
-from worker.publishing import CONFIRM_TIMEOUT_SECONDS, send
+from worker.runtime.celery_app import celery_config
 from worker.settings import Settings
+from worker.upstream.publishing import CONFIRM_TIMEOUT_SECONDS, send
 
 AMQP_URL = "amqp://guest:guest@rabbit.example:5672//"
 

@@ -16,8 +16,8 @@ from worker.bench.drain import (
     summarize,
 )
 from worker.errors import InputError
-from worker.intake import parse_message
-from worker.scoring import score
+from worker.pipeline.intake import parse_message
+from worker.pipeline.scoring import score
 
 
 def _kind(message: dict[str, object]) -> str:

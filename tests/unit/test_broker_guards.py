@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kombu.transport import redis as kombu_redis
 
-from worker.app import celery_config
-from worker.consumer import (
+from worker.runtime.celery_app import celery_config
+from worker.runtime.consumer import (
     NOT_AN_ENVELOPE,
     BoundedHeart,
     EvidenceConsumer,
@@ -159,10 +159,10 @@ def test_the_consumer_sends_heartbeats_through_the_bounded_step() -> None:
     heartbeat file's step added after them."""
     *celery_steps, heartbeat_file = EvidenceConsumer.Blueprint.default_steps
 
-    assert "worker.consumer:BoundedHeartStep" in celery_steps
+    assert "worker.runtime.consumer:BoundedHeartStep" in celery_steps
     assert not any(step.endswith(".heart:Heart") for step in celery_steps)
     assert len(celery_steps) == len(EvidenceConsumer.__mro__[1].Blueprint.default_steps)
-    assert heartbeat_file == "worker.heartbeat:HeartbeatFileStep"
+    assert heartbeat_file == "worker.runtime.heartbeat:HeartbeatFileStep"
 
 
 def test_a_heartbeat_is_sent_once_never_retried() -> None:

@@ -12,7 +12,7 @@ import pytest
 from contracts import Attempt
 from tests import factories
 from tests.conftest import FIXED_NOW
-from worker.canary import run_canary, sample
+from worker.audit.canary import run_canary, sample
 from worker.cli import main
 from worker.stores.sqlite import SQLiteStore
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from worker.cli import COMMANDS, main
-from worker.progress import Progress
-from worker.service import Service
+from worker.cli.progress import Progress
+from worker.pipeline.service import Service
 
 COMMAND_NAMES = sorted(COMMANDS)
 
@@ -106,7 +106,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr("worker.progress.time.monotonic", fake)
+    monkeypatch.setattr("worker.cli.progress.time.monotonic", fake)
     return fake
 
 

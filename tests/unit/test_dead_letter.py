@@ -12,9 +12,9 @@ import fakeredis
 import pytest
 
 from tests.conftest import FIXED_NOW
-from worker.alerts import AlertSink
-from worker.scoring import Delivery
-from worker.service import Service
+from worker.pipeline.alerts import AlertSink
+from worker.pipeline.scoring import Delivery
+from worker.pipeline.service import Service
 from worker.settings import DEAD_LETTER_MAX_BYTES, Settings
 from worker.stores import DeadLetter
 from worker.stores.keys import dead_letters_key

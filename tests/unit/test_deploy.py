@@ -34,8 +34,8 @@ from tests.ecs import ecs_conflicts
 from worker.cli import COMMANDS, build_parser
 from worker.cli import health as health_cli
 from worker.constants import TASK_FAILED, UNRECORDABLE
-from worker.logging import SERVICE_NAME, configure_logging, get_logger
-from worker.metrics import LATENCY_BUCKETS, MULTIPROC_ENV
+from worker.observability.logging import SERVICE_NAME, configure_logging, get_logger
+from worker.observability.metrics import LATENCY_BUCKETS, MULTIPROC_ENV
 from worker.settings import Settings, load_settings
 
 DEPLOY = ROOT / "deploy"

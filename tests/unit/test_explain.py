@@ -9,7 +9,7 @@ import pytest
 from contracts import RAGAS_VERSION, Attempt, Policy, parse_policy, policy_from_threshold
 from contracts.triage import Finding
 from tests import factories
-from worker.explain import NEXT_ARTIFACT, explain
+from worker.audit.explain import NEXT_ARTIFACT, explain
 from worker.stores import History
 
 HASH = "9f" * 32

@@ -1,5 +1,5 @@
 """`evidence-worker health`: the heartbeat file's age decides, in one line, with nothing heavy
-imported (worker/health.py)."""
+imported (worker/runtime/health.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from worker import cli, entrypoint, health
+from worker import cli, entrypoint
+from worker.constants import EMPTY_FILE_PROBLEM, HEARTBEAT_FILE_ENV
 from worker.errors import ConfigurationError
-from worker.health import (
-    EMPTY_FILE_PROBLEM,
-    HEARTBEAT_FILE_ENV,
+from worker.runtime import health
+from worker.runtime.health import (
     NOT_CONFIGURED_PROBLEM,
     HealthConfigurationError,
     Verdict,
@@ -322,7 +322,7 @@ def test_console_script_sends_health_one_way_and_the_rest_the_other(
 
 
 def test_console_script_runs_health_importing_only_the_standard_library(tmp_path: Path) -> None:
-    """The probe's command loads worker.entrypoint and worker.health and nothing else that is
+    """The probe's command loads worker.entrypoint and worker.runtime.health and nothing else
     not in the standard library: no pydantic, no Celery, not the rest of the command line."""
     path = tmp_path / "heartbeat"
     path.touch()
@@ -342,7 +342,10 @@ def test_console_script_runs_health_importing_only_the_standard_library(tmp_path
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
 
-    assert result.stdout.splitlines()[-1] == "0 ['worker', 'worker.entrypoint', 'worker.health']"
+    assert result.stdout.splitlines()[-1] == (
+        "0 ['worker', 'worker.constants', 'worker.entrypoint', 'worker.runtime', "
+        "'worker.runtime.health']"
+    )
 
 
 @pytest.mark.parametrize("variable", ["EVIDENCE_HEARTBEAT_FILE", "EVIDENCE_HEARTBEAT_SECONDS"])

@@ -1,4 +1,5 @@
-"""The consumer bootstep behind the heartbeat file (worker/heartbeat.py), on kombu's own timer,
+"""The consumer bootstep behind the heartbeat file (worker/runtime/heartbeat.py), on kombu's own
+timer,
 the one the consumer's event loop fires."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 from kombu.asynchronous.timer import Timer
 from structlog.testing import capture_logs
 
-from worker.heartbeat import HeartbeatFileStep
+from worker.runtime.heartbeat import HeartbeatFileStep
 from worker.settings import Settings
 
 

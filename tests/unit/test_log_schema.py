@@ -19,7 +19,7 @@ from contracts.records import NONDETERMINISM
 from tests.conftest import FIXED_NOW, ROOT
 from tests.ecs import ecs_conflicts, leaves
 from worker.errors import ConfigurationError
-from worker.logging import (
+from worker.observability.logging import (
     EcsRenderer,
     LogSchema,
     configure_logging,
@@ -30,7 +30,7 @@ from worker.logging import (
     get_logger,
     write_line,
 )
-from worker.scoring import process, rejected_record
+from worker.pipeline.scoring import process, rejected_record
 from worker.settings import Settings, load_settings
 from worker.stores.sqlite import SQLiteStore
 

@@ -1,4 +1,5 @@
-"""worker.logging: one JSON line per event, led by timestamp/level/event, raw text redacted."""
+"""worker.observability.logging: one JSON line per event, led by timestamp/level/event, raw text
+redacted."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from structlog.testing import capture_logs
 from contracts import METRIC_VERSION, RAGAS_VERSION, Alert, AlertRecord, Attempt, CoverageRecord
 from contracts.records import ScoreRecord
 from tests import factories
-from worker.logging import (
+from worker.observability.logging import (
     PER_MESSAGE_LOGGERS,
     LogSchema,
     configure_logging,

@@ -1,4 +1,5 @@
-"""worker.metrics.prepare and cleanup: the multiprocess directory a worker starts with, whether
+"""worker.observability.metrics.prepare and cleanup: the multiprocess directory a worker starts
+with, whether
 the operator set it or the worker made one."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from worker import metrics
-from worker.metrics import MULTIPROC_ENV
+from worker.observability import metrics
+from worker.observability.metrics import MULTIPROC_ENV
 
 PORT = 9464
 
@@ -111,7 +112,7 @@ def test_a_worker_that_cannot_make_the_dir_exits_2(
     """At worker_init, a directory that cannot be made stops the worker with one line."""
     from celery.concurrency.prefork import TaskPool
 
-    from worker.app import _serve_metrics, create_app
+    from worker.runtime.celery_app import _serve_metrics, create_app
     from worker.settings import Settings
 
     (tmp_path / "a-file").write_text("")

@@ -7,7 +7,7 @@ import gc
 import pytest
 from celery.concurrency.prefork import TaskPool
 
-from worker.pool import FIRST_COME_FIRST_SERVED, PrefetchingTaskPool
+from worker.runtime.pool import FIRST_COME_FIRST_SERVED, PrefetchingTaskPool
 
 
 def test_the_pool_freezes_what_is_imported_before_it_forks(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.redaction import excerpt, redact
+from worker.pipeline.redaction import excerpt, redact
 
 
 @pytest.mark.parametrize(

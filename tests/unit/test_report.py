@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from worker.cli import main
-from worker.report import GroupReport, Report, VersionReport, build_report, render_text
-from worker.report_html import PLOT_HEIGHT
+from worker.report.aggregate import GroupReport, Report, VersionReport, build_report, render_text
+from worker.report.html import PLOT_HEIGHT
 
 PREFIX = "Error executing metric evidence_coverage: "
 FAQ, PAYMENTS = "support-faq/2026-10", "payments-disclosures/2026-11"

@@ -27,9 +27,9 @@ from tests.unit.test_report import (
     version,
 )
 from worker.cli import main
-from worker.report import Report, build_report, render_text
-from worker.report_alerts import AlertHash
-from worker.report_html import render_html
+from worker.report.aggregate import Report, build_report, render_text
+from worker.report.alerts import AlertHash
+from worker.report.html import render_html
 
 D1, D2, D3 = "2026-12-01", "2026-12-02", "2026-12-03"
 OLD_RECORDS = ROOT / "tests" / "fixtures" / "store-28e2bf7" / "records.jsonl"

@@ -1,4 +1,4 @@
-"""worker.requests and publishing.written_here: what task events show of a scoring task's
+"""worker.runtime.request and publishing.written_here: what task events show of a scoring task's
 arguments when the worker, not our publisher, describes them."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from worker.constants import SCORE, SCORE_BATCH
-from worker.publishing import written_here
-from worker.requests import described
+from worker.runtime.request import described
+from worker.upstream.publishing import written_here
 
 HASH = "0" * 63 + "1"
 BODY = {"case_id": "refund-001", "answer": "Returns within 30 days.", "contexts": []}
@@ -78,9 +78,9 @@ def request_of() -> Any:
     """Factory: the worker's Request for a scoring task message with these headers."""
     from celery.contrib.testing.mocks import TaskMessage
 
-    import worker.tasks  # noqa: F401  registers the tasks
+    import worker.runtime.tasks  # noqa: F401  registers the tasks
     from worker.app import app
-    from worker.requests import NamedByCase
+    from worker.runtime.request import NamedByCase
 
     def build(args: list[Any], **headers: Any) -> NamedByCase:
         return NamedByCase(TaskMessage(SCORE, args=args, **headers), app=app)

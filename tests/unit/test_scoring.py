@@ -14,8 +14,8 @@ from contracts import Alert, AttributionResult, ScoreRecord, input_hash, policy_
 from tests.conftest import CITED_SUPPORTED, FIXED_NOW
 from tests.factories import NO_ARTIFACT, expected_rejected, expected_scored
 from worker.errors import InputError, OversizeMessage
-from worker.intake import parse_message
-from worker.scoring import (
+from worker.pipeline.intake import parse_message
+from worker.pipeline.scoring import (
     WORKER_VERSION,
     Delivery,
     process,

@@ -9,7 +9,7 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "module", ["contracts", "worker.cli", "worker.tasks", "worker.app", "worker.client"]
+    "module", ["contracts", "worker.cli", "worker.runtime.tasks", "worker.app", "worker.client"]
 )
 def test_module_does_not_import_ragas(module: str) -> None:
     """Importing a module of the scoring path or the CLI leaves Ragas and langchain unloaded."""

@@ -25,18 +25,18 @@ from structlog.testing import capture_logs
 from contracts import Attempt, AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
 from tests.factories import expected_rejected, expected_scored, ledger_entry
-from worker import tasks
-from worker.alerts import SOURCE_OF_TRUTH, AlertSink, WebhookSender
-from worker.app import app, celery_config
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
-from worker.logging import get_logger
-from worker.service import Service
+from worker.observability.logging import get_logger
+from worker.pipeline.alerts import SOURCE_OF_TRUTH, AlertSink, WebhookSender
+from worker.pipeline.service import Service
+from worker.runtime import tasks
+from worker.runtime.celery_app import app, celery_config
+from worker.runtime.tasks import reconcile, score, score_batch
 from worker.settings import Settings
 from worker.stores import DeadLetter, Recorded
 from worker.stores.durable import DurableStore
 from worker.stores.redis import RedisStore
-from worker.tasks import reconcile, score, score_batch
 
 MessageFactory = Callable[..., dict[str, Any]]
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
@@ -654,7 +654,8 @@ def test_celery_config_has_the_delivery_settings_for_an_idempotent_task() -> Non
         "unacked_restore_interval": 5,
         "unacked_restore_throttle": 1,
         "body_encoding": "utf-8",  # JSON bodies as JSON text on Redis, not base64
-        # No wait on a Redis broker is unbounded (worker/app.py redis_connection_options).
+        # No wait on a Redis broker is unbounded (worker/runtime/celery_app.py
+        # redis_connection_options).
         "socket_timeout": 10.0,
         "socket_connect_timeout": 10.0,
         "socket_keepalive": True,

@@ -1,4 +1,5 @@
-"""worker/telemetry.py without a worker: when it is on, and what a record's event says."""
+"""worker/observability/telemetry.py without a worker: when it is on, and what a record's event
+says."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from contracts.records import ScoreRecord
 from tests import factories
 from tests.conftest import FIXED_NOW
-from worker import telemetry
-from worker.scoring import rejected_record
-from worker.telemetry import configured, evaluation_attributes
+from worker.observability import telemetry
+from worker.observability.telemetry import configured, evaluation_attributes
+from worker.pipeline.scoring import rejected_record
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from contracts.policy import policy_from_threshold
 from contracts.triage import OWNER_OF, Finding, FindingName, Triage, triage
 from tests.conftest import BASE_MESSAGE
 from worker.errors import InputError
-from worker.intake import admit
+from worker.pipeline.intake import admit
 
 ANSWER = "Refunds within 30 days. Card refunds only. Ask support."  # 56 characters
 REQUIRED = ["refund-window", "refund-method", "support-channel"]

@@ -28,12 +28,12 @@ from typing import Any
 import redis
 
 from contracts import AttributionResult
-from worker.app import create_app
 from worker.bench.launch import worker_command
 from worker.constants import NOOP, SCORE, SCORE_BATCH
-from worker.publishing import NOTE_CHUNK, Outgoing, ledger_entry, new_task_id, send_noted
+from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores import open_store
+from worker.upstream.publishing import NOTE_CHUNK, Outgoing, ledger_entry, new_task_id, send_noted
 
 PHASES = ("noop", "score", "batch")
 RATIOS = {"ratio_score_to_noop": ("score", "noop"), "ratio_batch_to_score": ("batch", "score")}

@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from worker.logging import configure_logging
+        from worker.observability.logging import configure_logging
         from worker.settings import load_settings
 
         settings = load_settings()

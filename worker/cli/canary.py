@@ -45,7 +45,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.canary import run_canary
+    from worker.audit.canary import run_canary
 
     with existing_store(args, settings) as store:
         result = run_canary(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.errors import ConfigurationError
-from worker.inputs import display_path
+from worker.settings import display_path
 
 if TYPE_CHECKING:
     from contracts import Policy

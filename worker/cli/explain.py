@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
+from worker.audit.explain import conflicting, decision_of, explain
 from worker.cli.common import add_policy_options, describe, existing_store, resolve_policy
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.cli.show import add_lookup_arguments, no_hash_for_case, unknown_hash
-from worker.explain import conflicting, decision_of, explain
 from worker.settings import Settings
 from worker.stores import History, ResultStore
 

@@ -18,9 +18,9 @@ from worker.cli.common import (
     resolve_policy,
     source_name,
 )
+from worker.cli.inputs import JsonLines
+from worker.cli.progress import over_input
 from worker.errors import InputError
-from worker.inputs import JsonLines
-from worker.progress import over_input
 from worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def gate_row(
     from contracts import AttributionResult, Outcome
     from contracts.metric import score_pair
     from contracts.triage import findings_json, release_row_triage, triage
-    from worker.intake import case_id_of
+    from worker.pipeline.intake import case_id_of
 
     try:
         row = _parse(body, max_bytes)
@@ -142,7 +142,7 @@ def _parse(body: bytes, max_bytes: int) -> ReleaseRow | AttributionResult:
     from pydantic import ValidationError
 
     from contracts import ReleaseRow
-    from worker.intake import describe_validation_error, not_utf8, parse_message
+    from worker.pipeline.intake import describe_validation_error, not_utf8, parse_message
 
     if _is_attribution_result(body):
         return parse_message(body, max_bytes=max_bytes)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from worker import health
 from worker.cli.common import describe
+from worker.runtime import health
 from worker.settings import Settings
 
 

@@ -17,9 +17,9 @@ from worker.cli.common import (
     source_name,
 )
 from worker.cli.exit_codes import INVALID, OK
+from worker.cli.inputs import JsonLines
+from worker.cli.progress import over_input
 from worker.errors import ConfigurationError, InputError
-from worker.inputs import JsonLines
-from worker.progress import over_input
 from worker.settings import REDIS_URL_HINT, Settings, masked_url
 
 # The worker waits for its broker for ever; a command gives up within seconds, in one line.
@@ -57,8 +57,8 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from kombu.exceptions import OperationalError
 
-    from worker.app import create_app
-    from worker.publishing import publish_lines
+    from worker.runtime.celery_app import create_app
+    from worker.upstream.publishing import publish_lines
 
     source = JsonLines(args.path)
     progress = over_input("publish", source)

@@ -65,7 +65,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.reconcile import as_line, cutoff
+    from worker.upstream.reconcile import as_line, cutoff
 
     now = datetime.now(UTC)
     before = cutoff(args.older_than, now=now)
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def _republish(
     entries: Iterable[LedgerEntry], store: Ledger, settings: Settings, *, now: datetime
 ) -> int:
-    from worker.app import create_app
     from worker.cli.publish import bound_broker_waits
-    from worker.reconcile import as_line, republish
+    from worker.runtime.celery_app import create_app
+    from worker.upstream.reconcile import as_line, republish
 
     app = create_app(settings)
     bound_broker_waits(app.conf)

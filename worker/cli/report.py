@@ -9,10 +9,10 @@ from typing import Any
 
 from worker.cli.common import add_path, describe, nonempty, source_name
 from worker.cli.exit_codes import OK
+from worker.cli.inputs import JsonLines
 from worker.errors import InputError
-from worker.inputs import JsonLines, display_path
-from worker.report_time import DEFAULT_TIME_FIELD, TIME_FIELDS
-from worker.settings import Settings
+from worker.report.days import DEFAULT_TIME_FIELD, TIME_FIELDS
+from worker.settings import Settings, display_path
 
 
 def register(commands: Any) -> None:
@@ -60,7 +60,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.report import build_report, render_text
+    from worker.report.aggregate import build_report, render_text
 
     source = source_name(args.path)
     report = build_report(JsonLines(args.path), source=source, time_field=args.days_from)
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"({sum(report.skipped.values())} other lines, {report.unreadable} unreadable)"
         )
     if args.html is not None:
-        from worker.report_html import render_html
+        from worker.report.html import render_html
 
         try:
             args.html.write_text(render_html(report), encoding="utf-8")

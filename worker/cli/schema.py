@@ -11,8 +11,7 @@ from typing import Any
 from worker.cli.common import describe, nonempty
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
-from worker.inputs import display_path
-from worker.settings import Settings
+from worker.settings import Settings, display_path
 
 
 def register(commands: Any) -> None:

@@ -21,14 +21,14 @@ from worker.cli.common import (
     store_url,
 )
 from worker.cli.exit_codes import INTERRUPTED
+from worker.cli.inputs import JsonLines
+from worker.cli.progress import Progress, over_input, process_elapsed
 from worker.errors import InputError
-from worker.inputs import JsonLines
-from worker.progress import Progress, over_input, process_elapsed
-from worker.scoring import Delivery
+from worker.pipeline.scoring import Delivery
 from worker.settings import Settings, masked_url
 
 if TYPE_CHECKING:
-    from worker.service import Service
+    from worker.pipeline.service import Service
 
 CHUNK = 500  # lines recorded per store call: one transaction (SQLite) or round trip (Redis)
 
@@ -54,7 +54,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.service import Service
+    from worker.pipeline.service import Service
 
     policy = resolve_policy(args, settings, required=False)
     url = store_url(args, settings)
@@ -89,7 +89,7 @@ def score_lines(
     lines: Iterable[tuple[int, bytes]], *, service: Service, tally: Tally, progress: Progress
 ) -> None:
     """Score numbered lines through the service, CHUNK at a time; one record per line."""
-    from worker.service import is_rejection
+    from worker.pipeline.service import is_rejection
 
     run_id = uuid.uuid4().hex[:12]
     iterator = iter(lines)

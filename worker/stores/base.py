@@ -214,7 +214,7 @@ class OutcomeStore(Protocol):
     per (contract version, case ID) in the same call (contract drift, SPEC §9), and raises each
     conflict and each drift once.
 
-    A write may carry a write id (worker.scoring.write_ids(): the task ID and the message's
+    A write may carry a write id (worker.pipeline.scoring.write_ids(): the task ID and the message's
     position in it). The store keeps the write ids of at least the newest
     max_attempts_per_hash attempts per hash, with the outcome and for as long; a write whose
     id it finds there is a retry of a write that landed (the reply was lost, or the worker died

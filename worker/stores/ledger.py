@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 def write_id(task_id: str, position: int) -> str:
     """The id under which the worker records message `position` of task `task_id`
-    (worker.scoring.write_ids): the ledger entry's key."""
+    (worker.pipeline.scoring.write_ids): the ledger entry's key."""
     return f"{task_id}:{position}"
 
 

@@ -15,8 +15,8 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from worker.constants import SCORE
-from worker.publishing import NOTE_CHUNK, Outgoing, as_sent, new_task_id, send_noted
 from worker.stores.ledger import Ledger, LedgerEntry
+from worker.upstream.publishing import NOTE_CHUNK, Outgoing, as_sent, new_task_id, send_noted
 
 if TYPE_CHECKING:
     from celery import Celery

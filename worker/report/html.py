@@ -5,8 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from contracts.records import iso_utc
-from worker.html_table import table, td
-from worker.report import (
+from worker.report.aggregate import (
     BINS,
     COLUMNS,
     OWNERS,
@@ -24,10 +23,11 @@ from worker.report import (
     threshold_label,
     triage_note,
 )
-from worker.report_alerts import inspect_commands
-from worker.report_days_html import STYLE as DAYS_STYLE
-from worker.report_days_html import days_section
-from worker.report_time import span_line
+from worker.report.alerts import inspect_commands
+from worker.report.days import span_line
+from worker.report.days_html import STYLE as DAYS_STYLE
+from worker.report.days_html import days_section
+from worker.report.html_table import table, td
 
 CHART_WIDTH = 440
 PLOT_LEFT, PLOT_HEIGHT, BAR_WIDTH = 30, 160, 40

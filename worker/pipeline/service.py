@@ -16,14 +16,21 @@ import structlog
 
 from contracts import Policy
 from contracts.records import REJECTED
-from worker import telemetry
-from worker.alerts import AlertSink, WebhookSender
 from worker.errors import InputError, TransientError
-from worker.intake import Body, admit, body_text
-from worker.logging import emit_record, get_logger
-from worker.metrics import Metrics
-from worker.redaction import logged_text
-from worker.scoring import Clock, Delivery, Processed, process_many, rejected_record, utc_now
+from worker.observability import telemetry
+from worker.observability.logging import emit_record, get_logger
+from worker.observability.metrics import Metrics
+from worker.pipeline.alerts import AlertSink, WebhookSender
+from worker.pipeline.intake import Body, admit, body_text
+from worker.pipeline.redaction import logged_text
+from worker.pipeline.scoring import (
+    Clock,
+    Delivery,
+    Processed,
+    process_many,
+    rejected_record,
+    utc_now,
+)
 from worker.settings import Settings
 from worker.stores import DeadLetter, ResultStore, open_store
 from worker.stores.durable import DurableStore

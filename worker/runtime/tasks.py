@@ -1,6 +1,7 @@
 """Thin Celery tasks: bind the task's context, hand the bodies to the service, return a summary.
 
-Acks and serialization are the app's (worker/app.py). A store outage is waited out by the
+Acks and serialization are the app's (worker/runtime/celery_app.py). A store outage is waited out
+by the
 service's store (worker/stores/durable.py), within the task and with the message unacknowledged;
 when it lasts longer, the task hands the message back to the broker: never an ack without an
 outcome. Celery's own retry would publish a copy and ack the original, which loses the message
@@ -20,7 +21,6 @@ import structlog
 from celery import Task
 from celery.exceptions import Reject
 
-from worker.app import app
 from worker.constants import (
     CANARY,
     NOOP,
@@ -31,15 +31,17 @@ from worker.constants import (
     UNRECORDABLE,
 )
 from worker.errors import TransientError
-from worker.intake import case_id_of
-from worker.logging import get_logger
-from worker.scoring import Delivery, Processed
-from worker.service import Service, summary
+from worker.observability.logging import get_logger
+from worker.pipeline.intake import case_id_of
+from worker.pipeline.scoring import Delivery, Processed
+from worker.pipeline.service import Service, summary
+from worker.runtime.celery_app import app
 from worker.stores import AuditTrail
 from worker.stores.durable import impatient
 
-# Events, Flower and `inspect` name a scoring task's messages by case ID (worker/requests.py).
-TASK_OPTIONS: dict[str, Any] = {"bind": True, "Request": "worker.requests:NamedByCase"}
+# Events, Flower and `inspect` name a scoring task's messages by case ID
+# (worker/runtime/request.py).
+TASK_OPTIONS: dict[str, Any] = {"bind": True, "Request": "worker.runtime.request:NamedByCase"}
 SAMPLE_CASE_IDS = 20  # named in the reconcile task's WARNING line
 UNRECORDABLE_PAUSE_SECONDS = 1.0
 
@@ -198,8 +200,8 @@ def noop(self: Task, message: Any) -> None:
 @app.task(name=CANARY, bind=True)  # type: ignore[untyped-decorator]
 def canary(self: Task, sample: int | None = 1000, seed: int = 0) -> dict[str, int]:
     """Re-score stored first outcomes (for Celery beat); each difference is an ERROR line."""
-    from worker.canary import run_canary
-    from worker.logging import get_logger
+    from worker.audit.canary import run_canary
+    from worker.observability.logging import get_logger
 
     result = run_canary(self.app.service().store.first_outcomes(), size=sample, seed=seed)
     log = get_logger()
@@ -218,7 +220,7 @@ def canary(self: Task, sample: int | None = 1000, seed: int = 0) -> dict[str, in
 def reconcile(self: Task, older_than_seconds: int | None = None) -> dict[str, int]:
     """Count published messages never recorded (for Celery beat): a gauge, and a WARNING
     line naming some of them, while there are any; `evidence-worker reconcile` repairs."""
-    from worker.reconcile import cutoff
+    from worker.upstream.reconcile import cutoff
 
     service = self.app.service()
     seconds = older_than_seconds or service.settings.reconcile_older_than_seconds

@@ -5,7 +5,7 @@ published it.
 Celery's events show a task's arguments as its `argsrepr` header, and remote control (`inspect
 active`, `reserved`, `query_task`) the arguments themselves unless asked not to: here it shows
 the argsrepr too. `publish` and the client write one of case IDs and input hashes
-(worker/publishing.py); any other publisher's is Celery's repr of the arguments (the whole
+(worker/upstream/publishing.py); any other publisher's is Celery's repr of the arguments (the whole
 message), or missing, and then a failure's log line falls back to that repr. For those the
 worker writes its own, from the case IDs alone: an input hash would mean validating the message
 here, in the consumer, before the pool does.
@@ -19,8 +19,8 @@ from typing import Any
 from celery.worker.request import Request
 
 from worker.constants import SCORE_BATCH
-from worker.intake import case_id_of
-from worker.publishing import batch_repr, written_here
+from worker.pipeline.intake import case_id_of
+from worker.upstream.publishing import batch_repr, written_here
 
 # Celery's own bound on an argsrepr header (celery.app.amqp's argsrepr_maxsize).
 MAX_REPR_CHARS = 1024

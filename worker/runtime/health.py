@@ -1,4 +1,5 @@
-"""The heartbeat file: the worker's consumer touches it while it consumes (worker/heartbeat.py),
+"""The heartbeat file: the worker's consumer touches it while it consumes
+(worker/runtime/heartbeat.py),
 and `evidence-worker health` judges its age, for Docker's HEALTHCHECK and Kubernetes' probes.
 
 Standard library only, and it reads its one setting, EVIDENCE_HEARTBEAT_FILE, from the
@@ -18,13 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from worker.constants import EMPTY_FILE_PROBLEM, HEARTBEAT_FILE_ENV
+
 PROG = "evidence-worker health"
-HEARTBEAT_FILE_ENV = "EVIDENCE_HEARTBEAT_FILE"
 DEFAULT_MAX_AGE_SECONDS = 60.0
 HEALTHY = 0
 UNHEALTHY = 1
 CONFIGURATION_ERROR = 2  # as every command's (SPEC §7)
-EMPTY_FILE_PROBLEM = "empty: name the file the worker touches while it consumes, or unset it"
 NOT_CONFIGURED_PROBLEM = (
     f"{HEARTBEAT_FILE_ENV} is not set, so the worker writes no heartbeat to check: "
     "set it for the worker and for this check alike (the image sets it), or pass --file"

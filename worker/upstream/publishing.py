@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from contracts import AttributionResult, input_hash
 from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
-from worker.intake import parse_message
+from worker.pipeline.intake import parse_message
 from worker.stores.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
@@ -71,7 +71,8 @@ def send(
     has taken it. `argsrepr` is what task events, Flower and `inspect` show for its
     arguments instead of Celery's repr of them (the answer and context text).
 
-    On RabbitMQ (publisher confirms, worker/app.py) that means confirmed: a message the
+    On RabbitMQ (publisher confirms, worker/runtime/celery_app.py) that means confirmed: a message
+    the
     broker refuses (a nack: a full queue, a disk alarm) or cannot route to any queue
     (mandatory: the queue was deleted after it was declared) raises kombu's
     OperationalError naming the task, instead of being dropped without a word.

@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.messages import UtcDatetime
 from contracts.outcomes import CacheOutcome, Owner, Status
-from worker.intake import describe_validation_error
-from worker.report_alerts import (
+from worker.pipeline.intake import describe_validation_error
+from worker.report.alerts import (
     KIND_OF_EVENT,
     MAX_ALERT_HASHES_SHOWN,
     AlertHash,
@@ -38,8 +38,7 @@ from worker.report_alerts import (
     locate_alerts,
     place_alerts,
 )
-from worker.report_reasons import ReasonCount, reason_note, top_reasons
-from worker.report_time import (
+from worker.report.days import (
     DEFAULT_TIME_FIELD,
     DayReport,
     Span,
@@ -50,6 +49,7 @@ from worker.report_time import (
     span_of,
     utc_day,
 )
+from worker.report.reasons import ReasonCount, reason_note, top_reasons
 
 REJECTED_LABEL = "(rejected before scoring)"
 NO_GROUP_LABEL = "(no group)"

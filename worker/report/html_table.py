@@ -1,4 +1,4 @@
-"""Table markup for the report's HTML pages (worker/report_html.py, report_days_html.py)."""
+"""Table markup for the report's HTML pages (worker/report/html.py, report_days_html.py)."""
 
 from __future__ import annotations
 

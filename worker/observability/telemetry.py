@@ -82,7 +82,7 @@ class Telemetry:
     def __init__(self, tracer_provider: TracerProvider, logger_provider: LoggerProvider) -> None:
         from opentelemetry._logs import SeverityNumber
 
-        from worker.logging import LOGGER_NAME
+        from worker.observability.logging import LOGGER_NAME
 
         self.pid = os.getpid()
         self.tracer_provider = tracer_provider
@@ -130,7 +130,7 @@ def start(environ: Mapping[str, str] = os.environ) -> Telemetry:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from worker.logging import SERVICE_NAME
+    from worker.observability.logging import SERVICE_NAME
 
     # Resource.create lets attributes given here win over OTEL_SERVICE_NAME: ours is only
     # the default.

@@ -1,7 +1,7 @@
 """The consumer bootstep that touches EVIDENCE_HEARTBEAT_FILE while the worker consumes.
 
-Not Celery's heartbeat event (worker/consumer.py BoundedHeart), which other processes read
-over the broker: this one is a file that the container's own probes read (worker/health.py).
+Not Celery's heartbeat event (worker/runtime/consumer.py BoundedHeart), which other processes read
+over the broker: this one is a file that the container's own probes read (worker/runtime/health.py).
 
 The touch runs on the consumer's timer, which the consumer's event loop fires between its
 reads from the broker: a file that stays fresh proves that loop is turning, not only that the
@@ -18,8 +18,8 @@ from typing import Any
 
 from celery import bootsteps
 
-from worker import health
-from worker.logging import get_logger
+from worker.observability.logging import get_logger
+from worker.runtime import health
 
 
 class HeartbeatFileStep(bootsteps.StartStopStep):  # type: ignore[misc]  # celery has no hints

@@ -29,8 +29,8 @@ from contracts.policy import INVALID_OWNER
 from contracts.records import REJECTED, SCORED, ContractDriftAlert
 from contracts.trace_ids import checked_trace_id
 from contracts.triage import Triage, row_owner, triage
-from worker.intake import case_id_of, storable
-from worker.redaction import excerpt
+from worker.pipeline.intake import case_id_of, storable
+from worker.pipeline.redaction import excerpt
 from worker.stores import OutcomeStore, Recorded
 from worker.stores.ledger import write_id as ledger_write_id
 

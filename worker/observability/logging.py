@@ -141,7 +141,7 @@ def shared_processors(
     schema: LogSchema | None = "otel", *, span_ids: bool = False
 ) -> list[structlog.typing.Processor]:
     """The chain before rendering; `schema=None` adds no collector fields (console, for people);
-    `span_ids` adds the current OpenTelemetry span's IDs (worker/telemetry.py).
+    `span_ids` adds the current OpenTelemetry span's IDs (worker/observability/telemetry.py).
 
     ECS names are the renderer's business (EcsRenderer): they must see exception fields that
     the stdlib chain adds after these processors."""
@@ -152,7 +152,7 @@ def shared_processors(
         drop_raw_text,
     ]
     if span_ids:
-        from worker.telemetry import SpanIds
+        from worker.observability.telemetry import SpanIds
 
         chain.append(SpanIds())
     if schema == "ecs":

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from html import escape
 
-from worker.html_table import table, td
-from worker.report_time import DAY_COLUMNS, WHY_UNDATED, DayReport, Span, day_cells
+from worker.report.days import DAY_COLUMNS, WHY_UNDATED, DayReport, Span, day_cells
+from worker.report.html_table import table, td
 
 WIDTH, LEFT, RIGHT = 760, 44, 16
 MEAN_TOP, MEAN_HEIGHT = 16, 120

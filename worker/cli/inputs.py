@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from worker.errors import InputError
+from worker.settings import display_path
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -55,12 +56,6 @@ class JsonLines:
                     yield number, line.rstrip(b"\r\n")
         except OSError as error:
             raise InputError(f"cannot read {display_path(self.path)}: {error.strerror}") from None
-
-
-def display_path(path: str | Path) -> str:
-    """A path as a message may print it: bytes that are not UTF-8 shown as \\xff, not as
-    the lone surrogates Python decoded them to (which stderr would print as \\udcff)."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _regular_file_size(handle: BinaryIO) -> int | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from worker.inputs import JsonLines
+    from worker.cli.inputs import JsonLines
 
 TERMINAL_REFRESH_SECONDS = 0.2
 

@@ -25,8 +25,8 @@ from kombu.utils import json as kombu_json
 
 from worker.constants import SCORE_BATCH
 from worker.errors import TransientError
-from worker.logging import get_logger
-from worker.scoring import Delivery
+from worker.observability.logging import get_logger
+from worker.pipeline.scoring import Delivery
 from worker.stores.durable import impatient
 
 # Room for Celery's envelope around one message: [[message], {}, {callbacks...}].
@@ -190,13 +190,15 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
 
     class Blueprint(Consumer.Blueprint):  # type: ignore[misc]
         # Celery's steps, with the heartbeat event's replaced (see BoundedHeart), and the
-        # heartbeat file for the container's probes (worker/heartbeat.py).
+        # heartbeat file for the container's probes (worker/runtime/heartbeat.py).
         default_steps: ClassVar[list[str]] = [
             *(
-                "worker.consumer:BoundedHeartStep" if step.endswith(".heart:Heart") else step
+                "worker.runtime.consumer:BoundedHeartStep"
+                if step.endswith(".heart:Heart")
+                else step
                 for step in Consumer.Blueprint.default_steps
             ),
-            "worker.heartbeat:HeartbeatFileStep",
+            "worker.runtime.heartbeat:HeartbeatFileStep",
         ]
 
     def connection_for_read(self, heartbeat: float | None = None) -> Any:

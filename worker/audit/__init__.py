@@ -1,0 +1,1 @@
+"""Looking back at stored outcomes: `explain` for a person, the determinism canary."""

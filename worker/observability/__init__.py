@@ -1,0 +1,1 @@
+"""What the worker tells the outside: log lines, Prometheus metrics, OpenTelemetry export."""

@@ -1,0 +1,1 @@
+"""`evidence-worker report`: record lines aggregated, as text, JSON and one HTML page."""

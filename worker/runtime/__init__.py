@@ -1,0 +1,1 @@
+"""The Celery runtime: the app factory, tasks, consumer, bootsteps, pool and request."""
