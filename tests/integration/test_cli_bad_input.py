@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_cli_bad_input import CONFIG, HASH, REDIS_HINT, RESULTS, Case, check
+from tests.unit.cli.test_cli_bad_input import CONFIG, HASH, REDIS_HINT, RESULTS, Case, check
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 
 from contracts import json_schemas
 from tests.conftest import ROOT
-from tests.unit.test_schemas import EXPECTED_FILES
+from tests.unit.contracts.test_schemas import EXPECTED_FILES
 from worker.cli import main
 
 SCHEMA_DIR = ROOT / "contracts" / "schemas"

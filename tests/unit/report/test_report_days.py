@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, Run
-from tests.unit.test_report import (
+from tests.unit.report.test_report import (
     FAQ,
     PAYMENTS,
     alert,

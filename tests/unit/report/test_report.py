@@ -808,7 +808,7 @@ def test_html_lists_invalid_reasons(html_page: Callable[..., Page]) -> None:
 
 # Triage (SPEC §9 "Report") -----------------------------------------------------------
 
-OLD_RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "store-28e2bf7" / "records.jsonl"
+OLD_RECORDS = Path(__file__).resolve().parents[2] / "fixtures" / "store-28e2bf7" / "records.jsonl"
 SPARSE = "coverage takes at most 3 values here: a pass/fail rule with the missing IDs says more"
 FINDING_OWNERS = {
     "not_cited": "product",
