@@ -22,20 +22,24 @@ help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@echo "make: creating $(VENV)" >&2
+	@$(PYTHON) -m venv $(VENV)
 
-# A lock is installed as it is (--no-deps: each is complete), then checked (pip check).
+# A lock is installed as it is (--no-deps: each is complete), then checked (pip check). On
+# stderr: stdout is the records' (`make run > records.jsonl`).
 $(VENV)/.runtime: requirements.lock pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --no-deps -r requirements.lock
-	$(BIN)/pip install --quiet --no-deps -e .
-	$(BIN)/pip check
-	touch $@
+	@echo "make: installing requirements.lock and this package into $(VENV)" >&2
+	@$(BIN)/pip install --quiet --no-deps -r requirements.lock >&2
+	@$(BIN)/pip install --quiet --no-deps -e . >&2
+	@$(BIN)/pip check >&2
+	@touch $@
 
 $(VENV)/.dev: requirements-dev.lock pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --no-deps -r requirements-dev.lock
-	$(BIN)/pip install --quiet --no-deps -e .
-	$(BIN)/pip check
-	touch $@
+	@echo "make: installing requirements-dev.lock and this package into $(VENV)" >&2
+	@$(BIN)/pip install --quiet --no-deps -r requirements-dev.lock >&2
+	@$(BIN)/pip install --quiet --no-deps -e . >&2
+	@$(BIN)/pip check >&2
+	@touch $@
 
 venv: $(VENV)/.runtime  ## .venv with the runtime lock (what a user installs)
 dev: $(VENV)/.dev  ## .venv with the development lock (runtime pins plus test and lint tools)
