@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, Run
-from tests.unit.report.test_report import (
+from tests.conftest import Run
+from tests.unit.report.factories import (
     FAQ,
+    OLD_RECORDS,
     PAYMENTS,
     alert,
     drift_alert,
@@ -22,7 +23,6 @@ from tests.unit.report.test_report import (
     notes_of,
     record,
     rejected,
-    report_cli,  # noqa: F401 - a fixture, used by name
     report_of,
     version,
 )
@@ -32,7 +32,6 @@ from worker.report.alerts import AlertHash
 from worker.report.html import render_html
 
 D1, D2, D3 = "2026-12-01", "2026-12-02", "2026-12-03"
-OLD_RECORDS = ROOT / "tests" / "fixtures" / "store-28e2bf7" / "records.jsonl"
 
 
 def at(day: str, clock: str = "12:00:00") -> str:
@@ -235,7 +234,7 @@ def test_days_from_produced_at() -> None:
 
 
 def test_cli_days_from_and_help(
-    report_cli: Callable[..., Run],  # noqa: F811 - the imported fixture
+    report_cli: Callable[..., Run],
     write_jsonl: Callable[..., Path],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
