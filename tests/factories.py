@@ -1,13 +1,15 @@
-"""Values shared by the test modules: attempts, ledger entries and the records messages produce."""
+"""Values shared by the test modules: attempts, ledger entries, the records messages produce
+and the Procfile's command lines."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt, AttributionResult, input_hash
-from tests.conftest import FIXED_NOW
+from tests.conftest import FIXED_NOW, ROOT
 from worker.pipeline.scoring import WORKER_VERSION
 from worker.stores import LedgerEntry
 
@@ -131,3 +133,17 @@ def ledger_entry(
         "body": f'{{"case_id": "{case_id}"}}',
     }
     return LedgerEntry(**{**fields, **overrides})
+
+
+def procfile(name: str) -> list[str]:
+    """A Procfile line's command as argv."""
+    for line in (ROOT / "Procfile").read_text(encoding="utf-8").splitlines():
+        process, _, command = line.partition(":")
+        if process.strip() == name:
+            return shlex.split(command)
+    raise AssertionError(f"Procfile has no {name} line")
+
+
+def procfile_worker() -> list[str]:
+    """The Procfile's worker command as argv."""
+    return procfile("worker")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.unit.project.test_deploy import procfile_worker
+from tests.factories import procfile_worker
 from worker.bench.launch import worker_command
 
 
