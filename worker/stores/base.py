@@ -225,7 +225,9 @@ class OutcomeStore(Protocol):
 
     def record(
         self, input_hash: str, attempt: Attempt, *, now: datetime, write_id: str | None = None
-    ) -> Recorded: ...
+    ) -> Recorded:
+        """record_many() of one item (every store has it from RecordOne)."""
+        ...
 
     def record_many(
         self,
@@ -254,6 +256,21 @@ class OutcomeStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class RecordOne:
+    """What every OutcomeStore shares: record() is record_many() of one item, so a store
+    writes one code path, and a single write is as atomic and idempotent as a batch's."""
+
+    def record(
+        self: OutcomeStore,
+        input_hash: str,
+        attempt: Attempt,
+        *,
+        now: datetime,
+        write_id: str | None = None,
+    ) -> Recorded:
+        return self.record_many([(input_hash, attempt)], now=now, write_ids=[write_id])[0]
 
 
 class AuditTrail(Protocol):

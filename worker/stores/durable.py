@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from contracts import Attempt
 from contracts.records import AnyAlert
 from worker.errors import TransientError
-from worker.stores.base import DeadLetter, History, Recorded, ResultStore
+from worker.stores.base import DeadLetter, History, Recorded, RecordOne, ResultStore
 from worker.stores.ledger import LedgerEntry
 
 T = TypeVar("T")
@@ -51,7 +51,7 @@ def backoff(attempt: int, *, rng: Callable[[], float] = random.random) -> float:
     return delay * (1 - rng() / 2)
 
 
-class DurableStore:
+class DurableStore(RecordOne):
     """ResultStore around another: its writes wait out an outage for up to `window_seconds`."""
 
     def __init__(
@@ -92,9 +92,6 @@ class DurableStore:
             return result
 
     # Writes: retried while the store is unavailable.
-
-    def record(self, *args: Any, **kwargs: Any) -> Recorded:
-        return self._write(lambda: self.inner.record(*args, **kwargs))
 
     def record_many(self, *args: Any, **kwargs: Any) -> list[Recorded]:
         return self._write(lambda: self.inner.record_many(*args, **kwargs))

@@ -23,6 +23,7 @@ from worker.stores.base import (
     DeadLetter,
     History,
     Recorded,
+    RecordOne,
     newest_since,
     recorded_ms,
 )
@@ -237,7 +238,7 @@ ATTEMPTS_PER_CALL = 200
 T = TypeVar("T")
 
 
-class RedisStore(RedisLedger):
+class RedisStore(RecordOne, RedisLedger):
     """ResultStore on one Redis server (keys carry per-hash tags, see keys.py)."""
 
     def __init__(
@@ -299,11 +300,6 @@ class RedisStore(RedisLedger):
             raise ConfigurationError(
                 f"store {self.name}: the Redis server has no such database: {REDIS_URL_HINT}"
             ) from None
-
-    def record(
-        self, input_hash: str, attempt: Attempt, *, now: datetime, write_id: str | None = None
-    ) -> Recorded:
-        return self.record_many([(input_hash, attempt)], now=now, write_ids=[write_id])[0]
 
     def record_many(
         self,

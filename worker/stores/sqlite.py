@@ -29,6 +29,7 @@ from worker.stores.base import (
     DeadLetter,
     History,
     Recorded,
+    RecordOne,
     classify,
     newest_since,
     outcome_json,
@@ -231,7 +232,7 @@ def _replayed(outcome: _Outcome, found: str, drift: str | None) -> Recorded:
     return _marked(recorded, drift)
 
 
-class SQLiteStore(SQLiteLedger):
+class SQLiteStore(RecordOne, SQLiteLedger):
     """ResultStore over one SQLite file; every record() is one IMMEDIATE transaction."""
 
     def __init__(
@@ -294,11 +295,6 @@ class SQLiteStore(SQLiteLedger):
     def _has_version_0_tables(self) -> bool:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
         return "input_hash" in columns
-
-    def record(
-        self, input_hash: str, attempt: Attempt, *, now: datetime, write_id: str | None = None
-    ) -> Recorded:
-        return self.record_many([(input_hash, attempt)], now=now, write_ids=[write_id])[0]
 
     def record_many(
         self,
