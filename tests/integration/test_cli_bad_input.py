@@ -1,5 +1,5 @@
 """The bad-input cases only a real Redis server can answer: a database it does not have (it
-has 16), a login it refuses. Same table and checks as tests/unit/test_cli_bad_input.py."""
+has 16), a login it refuses. Same table and checks as tests/unit/cli/test_cli_bad_input.py."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.cli.test_cli_bad_input import CONFIG, HASH, REDIS_HINT, RESULTS, Case, check
+from tests.bad_input import CONFIG, HASH, LEDGER_DB, REDIS_HINT, RESULTS, Case, check
 
 pytestmark = pytest.mark.integration
 
 NO_DB_99 = (
     f"{CONFIG}store redis://127.0.0.1:6379/99: the Redis server has no such database: {REDIS_HINT}"
 )
-
-LEDGER = "sqlite:///ledger.sqlite3"  # a publish ledger that is there
 
 CASES: dict[str, Case] = {
     "score Redis DB out of range": Case(
@@ -47,7 +45,7 @@ CASES: dict[str, Case] = {
         ["publish", RESULTS],
         f"{CONFIG}EVIDENCE_BROKER_URL: redis://127.0.0.1:6379/99: the Redis server has no "
         f"such database: {REDIS_HINT}",
-        env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:6379/99", "EVIDENCE_STORE_URL": LEDGER},
+        env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:6379/99", "EVIDENCE_STORE_URL": LEDGER_DB},
     ),
     # The ledger is noted before the first send: its store answers first.
     "publish ledger store Redis DB out of range": Case(

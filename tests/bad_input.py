@@ -1,0 +1,122 @@
+"""The bad-input harness shared by the unit and integration command-line tests: a case is a
+command line with the exit code and the one stderr line it must give, run as
+`python -m worker.cli` in a directory of its own holding the bad files it names."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from worker.cli.exit_codes import INVALID
+from worker.stores.sqlite import SQLiteStore
+
+PROG = "evidence-worker"
+ROWS = str(EXAMPLES / "release-rows.jsonl")
+RESULTS = str(EXAMPLES / "attribution-results.jsonl")
+HASH = "0" * 64
+CONFIG = f"{PROG}: configuration error: "
+REDIS_HINT = "use redis://host:port/db, db a database number the server has (0-15 by default)"
+LEDGER_DB = "sqlite:///ledger.sqlite3"  # a publish ledger that is there, in the run's directory
+# Root reads and writes through permission bits: a case that needs them to hold runs without
+# the capabilities that let it (setpriv, from util-linux).
+UNPRIVILEGED = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def make_files(directory: Path) -> None:
+    """The bad (and a few good) files the cases name, in the case's working directory."""
+    (directory / "binary.toml").write_bytes(b"min_coverage = 0.8\xff\xfe\n")
+    (directory / "latin1.toml").write_bytes(b"# caf\xe9\nversion = '1'\n")
+    (directory / "binary.dat").write_bytes(bytes(range(11, 256)) * 4)  # one line: no \n
+    (directory / "not-a-db.txt").write_text("just text, not SQLite\n")
+    (directory / "a-file").write_text("")
+    unreadable = directory / "unreadable.jsonl"
+    shutil.copy(ROWS, unreadable)
+    unreadable.chmod(0o000)
+    SQLiteStore(directory / "empty.db").close()
+    SQLiteStore(directory / "readonly.db").close()
+    (directory / "readonly.db").chmod(0o444)
+    (directory / "readonly-dir").mkdir(mode=0o555)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A command line, what it is run with, and the exit code and stderr line it must give."""
+
+    args: Sequence[str]
+    line: str  # the one stderr line; for usage errors, the `error:` line after the help
+    code: int = INVALID
+    env: Mapping[str, str] = field(default_factory=dict)
+    usage: bool = False
+    unprivileged: bool = False
+    stdout: str = "pipe"  # or "full" (/dev/full) or "closed"
+    stdin: str = "null"  # or "closed"
+
+
+def clean_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a user who set nothing: no EVIDENCE_*, buffered stdout."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("EVIDENCE_")
+        and name not in {"MIN_EVIDENCE_COVERAGE", "PYTHONUNBUFFERED"}
+    }
+    return env | dict(extra)
+
+
+def command_prefix(unprivileged: bool) -> list[str]:
+    """What runs before the command: as root, for a case that needs permission bits to hold,
+    setpriv without the capabilities that override them."""
+    if not unprivileged or os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.fail("as root, permission cases need setpriv (util-linux) to drop the override")
+    return UNPRIVILEGED
+
+
+def closing(*fds: int) -> Callable[[], None]:
+    """A preexec_fn that starts the child with these descriptors closed (`<&-`, `>&-`)."""
+
+    def close() -> None:
+        for fd in fds:
+            os.close(fd)
+
+    return close
+
+
+def check(case: Case, directory: Path) -> None:
+    """Run the case in `directory`: its exit code, its one exact stderr line (after the help,
+    for usage errors), and no traceback anywhere."""
+    make_files(directory)
+    closed = [fd for fd, how in ((0, case.stdin), (1, case.stdout)) if how == "closed"]
+    with open(os.devnull if case.stdout != "full" else "/dev/full", "wb") as sink:
+        run = subprocess.run(
+            [*command_prefix(case.unprivileged), sys.executable, "-m", "worker.cli", *case.args],
+            cwd=directory,
+            env=clean_env(case.env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if case.stdout == "pipe" else sink,
+            stderr=subprocess.PIPE,
+            preexec_fn=closing(*closed) if closed else None,
+            timeout=30,
+            check=False,
+        )
+    stdout = run.stdout.decode(errors="replace") if run.stdout else ""
+    stderr = run.stderr.decode(errors="replace")
+    lines = stderr.splitlines()
+
+    assert "Traceback" not in stdout + stderr
+    assert run.returncode == case.code, stderr
+    if case.usage:
+        assert lines[0].startswith("usage: "), stderr
+        assert lines[-1] == case.line
+        assert not any(" error: " in line for line in lines[:-1])
+    else:
+        assert lines == [case.line]
