@@ -35,116 +35,198 @@ HEARTBEAT_SECONDS = 5.0
 
 
 class Settings(BaseSettings):
-    """Every EVIDENCE_* variable (and MIN_EVIDENCE_COVERAGE) in one place; see the README table."""
+    """Every EVIDENCE_* variable (and MIN_EVIDENCE_COVERAGE) in one place. Each field's
+    description is its row on docs/settings.md (`make docs` writes the page)."""
 
     model_config = SettingsConfigDict(
         env_prefix="EVIDENCE_", extra="ignore", frozen=True, populate_by_name=True
     )
 
-    broker_url: str = DEFAULT_BROKER_URL
-    store_url: str | None = Field(
-        default=None, description="redis://... or sqlite:///path; default depends on the command"
+    broker_url: str = Field(
+        default=DEFAULT_BROKER_URL,
+        description="Celery broker; `amqp://` (RabbitMQ), `rediss://` and `amqps://` work too",
     )
-    policy_file: Path | None = None
-    min_coverage: str | None = Field(default=None, validation_alias="MIN_EVIDENCE_COVERAGE")
-    alert_webhook_url: str | None = None
-    alert_webhook_timeout_seconds: float = Field(default=2.0, gt=0)
+    store_url: str | None = Field(
+        default=None,
+        description="result store: `redis://…`, `rediss://…` or `sqlite:///path`. Unset: the "
+        "worker, `publish`, `reconcile` and the client use the broker's Redis (the default "
+        "broker's for an AMQP broker); `score`, `show`, `explain`, `alerts` and `canary` use "
+        f"`sqlite:///{DEFAULT_SQLITE_PATH}`",
+    )
+    policy_file: Path | None = Field(
+        default=None,
+        description="policy TOML (see `contracts/examples/policy.toml`); wins over "
+        "`MIN_EVIDENCE_COVERAGE`. With no policy at all, `score` and the worker run "
+        "report-only (valid rows get status `scored`); `gate` always needs one",
+    )
+    min_coverage: str | None = Field(
+        default=None,
+        validation_alias="MIN_EVIDENCE_COVERAGE",
+        description="a one-group policy `default` with this threshold, version `env:<value>`",
+    )
+    alert_webhook_url: str | None = Field(
+        default=None,
+        description="POST each alert (both kinds) here: best effort, never blocks a record",
+    )
+    alert_webhook_timeout_seconds: float = Field(
+        default=2.0, gt=0, description="per-request timeout of the webhook (3 tries)"
+    )
     alert_webhook_deadline_seconds: float = Field(
         default=WEBHOOK_DEADLINE_SECONDS,
         gt=0,
-        description="total time one webhook POST may take, however the receiver trickles",
+        description="total time one webhook POST may take (connect, send, answer), however "
+        "slowly the receiver trickles bytes",
     )
     alert_webhook_drain_seconds: float = Field(
         default=WEBHOOK_DRAIN_SECONDS,
         ge=0,
-        description="how long shutdown waits for queued webhook alerts before logging them",
+        description="at shutdown, how long queued alerts may still be POSTed. Each alert not "
+        "delivered (queue full, failed, shutdown) is a WARNING "
+        "`evidence_coverage.webhook_undelivered` line with its `input_hash` and `raised_at`, "
+        "and stays in the alert stream (`alerts --since`)",
     )
     dead_letter_max_bytes: int = Field(
         default=DEAD_LETTER_MAX_BYTES,
         gt=0,
-        description="bytes of a rejected body kept in its dead letter (with its SHA-256)",
+        description="bytes of a rejected body its dead letter keeps (cut at a character "
+        "boundary), beside the whole body's SHA-256 and size",
     )
-    log_format: str = "json"
+    log_format: str = Field(default="json", description="`json` (one object per line) or `console`")
     log_schema: Literal["otel", "ecs"] = Field(
         default="otel",
-        description="JSON line field names: OpenTelemetry's (otel) or those plus ECS's (ecs)",
+        description="the shape of each JSON line: `otel` (our names plus OpenTelemetry's) or "
+        "`ecs` (an ECS document); see [Logs](observability.md#logs)",
     )
     log_raw_text: bool = Field(
         default=False,
-        description="record lines also carry the answer and each context's text, redacted "
-        "and cut to EVIDENCE_EXCERPT_MAX_CHARS (for debugging; off in production)",
+        description="for debugging: each record line also carries `answer_redacted` and "
+        "`contexts_redacted` (document ID and text), redacted as excerpts are and cut to "
+        "`EVIDENCE_EXCERPT_MAX_CHARS`. Off, no line carries answer or context text; fields "
+        "named `answer`, `contexts`, `text`, `prompt` or `body` are blanked whoever logs them",
     )
     keep_excerpts: bool = Field(
         default=False,
-        description="stored attempts keep each citation's answer span, redacted (never logged)",
+        description="each stored attempt keeps, per citation, the cited answer span "
+        "(`excerpt`), redacted: e-mail addresses, payment card numbers (Luhn-checked) and "
+        "phone numbers are replaced (`worker/pipeline/redaction.py`); never in log lines, "
+        "alert lines or webhook payloads",
     )
     excerpt_max_chars: int = Field(
         default=280,
         gt=0,
-        description="the longest excerpt a stored attempt keeps, and the longest text a line "
-        "carries with EVIDENCE_LOG_RAW_TEXT",
+        description="the longest excerpt kept, and the longest text a line carries with "
+        "`EVIDENCE_LOG_RAW_TEXT` (cut after redaction)",
     )
-    result_ttl_seconds: int | None = Field(default=None, gt=0)
-    visibility_timeout_seconds: int = Field(default=300, gt=0)
+    result_ttl_seconds: int | None = Field(
+        default=None,
+        gt=0,
+        description="how long a first outcome and its attempts are kept. Unset: forever",
+    )
+    visibility_timeout_seconds: int = Field(
+        default=300,
+        gt=0,
+        description="redelivery delay for a dead worker's unacknowledged messages",
+    )
     broker_socket_timeout_seconds: float = Field(
         default=BROKER_SOCKET_TIMEOUT_SECONDS,
         gt=0,
-        description="longest wait for a Redis broker's reply (or connect) before reconnecting",
+        description="longest wait for a Redis broker's reply or connect; past it the worker "
+        "reconnects instead of hanging",
     )
     broker_health_check_seconds: int = Field(
         default=BROKER_HEALTH_CHECK_SECONDS,
         ge=1,
-        description="how often the Redis broker connections are checked; a consumer on a "
-        "silent connection reconnects within about twice this",
+        description="how often Redis broker connections are checked: a consumer whose broker "
+        "stopped answering reconnects within about twice this",
     )
     store_retry_window_seconds: float | None = Field(
         default=None,
         ge=0,
         description="how long a task waits out a store outage before it hands its message "
-        "back to the broker; below the visibility timeout (default: 80% of it)",
+        "back to the broker; must be below the visibility timeout. Unset: 80% of it",
     )
     ledger_ttl_seconds: int = Field(
         default=LEDGER_TTL_SECONDS,
         ge=0,
-        description="how long the publish ledger keeps a published message until its record "
-        "closes it (0: publishers keep no ledger)",
+        description="how long the publish ledger keeps a published message that no record "
+        "has closed (`0`: publishers keep no ledger); see `reconcile`",
     )
     reconcile_older_than_seconds: int = Field(
         default=RECONCILE_OLDER_THAN_SECONDS,
         gt=0,
-        description="the age past which the beat's reconcile task counts an unrecorded "
-        "message as lost (longer than the queue's longest wait)",
+        description="the beat's reconcile task counts messages published longer ago than "
+        "this and never recorded (make it longer than the queue's longest wait)",
     )
     reconcile_every_seconds: int = Field(
         default=RECONCILE_EVERY_SECONDS,
         gt=0,
         description="how often Celery beat runs the reconcile task",
     )
-    max_attempts_per_hash: int = Field(default=100, ge=2)
-    max_message_bytes: int = Field(default=1_048_576, gt=0)
-    max_batch_bytes: int = Field(default=33_554_432, gt=0)
-    max_deliveries: int = Field(default=5, ge=1)
-    key_prefix: str = "evidence"
-    bench_broker_url: str = "redis://localhost:6379/15"
-    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    max_attempts_per_hash: int = Field(
+        default=100,
+        ge=2,
+        description="attempts kept per input hash (the newest; the first is always kept)",
+    )
+    max_message_bytes: int = Field(
+        default=1_048_576,
+        gt=0,
+        description="a larger message is rejected before it is parsed",
+    )
+    max_batch_bytes: int = Field(
+        default=33_554_432,
+        gt=0,
+        description="the same bound for a whole `score_batch` body",
+    )
+    max_deliveries: int = Field(
+        default=5,
+        ge=1,
+        description="a message redelivered more often (its worker keeps dying) is "
+        "dead-lettered; a task that keeps failing on a bug records its failing messages as "
+        "rejected on that redelivery",
+    )
+    key_prefix: str = Field(
+        default="evidence", description="prefix of every Redis key of the store"
+    )
+    bench_broker_url: str = Field(
+        default="redis://localhost:6379/15",
+        description="broker and store `bench` uses; it cleans up its own queues and keys",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="serve Prometheus metrics on this port; see "
+        "[Metrics](observability.md#metrics). Unset: no metrics",
+    )
     heartbeat_file: Path | None = Field(
         default=None,
-        description="the file the worker's consumer touches while it consumes, for "
-        "`evidence-worker health` (worker/runtime/health.py reads this variable itself)",
+        description="the file the worker's consumer touches, from its own event loop, while "
+        "it consumes; `evidence-worker health` checks its age (`worker/runtime/health.py` reads "
+        "this variable itself). Unset: no heartbeat; the image sets "
+        "`/tmp/evidence-coverage-worker.heartbeat`",
     )
     heartbeat_seconds: float = Field(
-        default=HEARTBEAT_SECONDS, gt=0, description="how often the heartbeat file is touched"
+        default=HEARTBEAT_SECONDS,
+        gt=0,
+        description="how often the heartbeat file is touched; give `health --max-age` a few "
+        "times this",
     )
-    queue: str = "attribution-results"
+    queue: str = Field(
+        default="attribution-results",
+        description="the queue the worker consumes and `publish` sends to",
+    )
     tls_ca_file: FilePath | None = Field(
         default=None,
-        description="PEM CA bundle that rediss:// and amqps:// servers are checked against",
+        description="PEM CA bundle that every `rediss://` and `amqps://` server's certificate "
+        "is checked against. Unset: the system CAs",
     )
     tls_cert_file: FilePath | None = Field(
-        default=None, description="client certificate (PEM) for mutual TLS"
+        default=None,
+        description="client certificate (PEM) for mutual TLS, on the same connections",
     )
     tls_key_file: FilePath | None = Field(
-        default=None, description="its private key, when not in the certificate file"
+        default=None,
+        description="its private key, when it is not in `EVIDENCE_TLS_CERT_FILE`",
     )
 
     @field_validator("broker_url", "bench_broker_url")
