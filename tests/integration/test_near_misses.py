@@ -2,7 +2,7 @@
 every other SPEC §9 finding, from contracts/examples/triage-rows.jsonl: through a real Celery
 worker on a real Redis, through `score` on SQLite and through `gate --baseline-policy`, each
 row ending with the owner and the findings a person would act on, and `explain` printing what
-the README's "Why did this row fail?" shows."""
+docs/triage.md's "Why did this row fail?" shows."""
 
 from __future__ import annotations
 
@@ -107,11 +107,11 @@ EXPECTED: list[tuple[str, str, str | None, bool, list[tuple[str, str, list[str]]
 ]
 
 
-def readme_explain() -> str:
-    """The README's "Why did this row fail?" output of `explain --case parser-rollout-101`."""
-    readme = (ROOT / "README.md").read_text("utf-8")
-    start = readme.index("```text\ncase: parser-rollout-101\n") + len("```text\n")
-    return readme[start : readme.index("```", start)]
+def documented_explain() -> str:
+    """docs/triage.md's output of `explain --case parser-rollout-101`."""
+    page = (ROOT / "docs" / "triage.md").read_text("utf-8")
+    start = page.index("```text\ncase: parser-rollout-101\n") + len("```text\n")
+    return page[start : page.index("```", start)]
 
 
 def rows() -> list[dict[str, Any]]:
@@ -177,7 +177,7 @@ def test_score_on_sqlite_names_each_rows_owner(tmp_path: Path) -> None:
     explained = console(
         "explain", "--case", "parser-rollout-101", "--policy", POLICY, "--store", store
     )
-    assert (explained.stdout, explained.returncode) == (readme_explain(), 1), explained.stderr
+    assert (explained.stdout, explained.returncode) == (documented_explain(), 1), explained.stderr
 
     drifted = console("explain", "--case", "refund-drift-104", "--policy", POLICY, "--store", store)
     assert "owner: evaluation-data (contract drift: case refund-drift-104 had another" in (
@@ -232,7 +232,7 @@ def test_worker_on_redis_names_each_rows_owner(
         STORE_URL,
         env={"EVIDENCE_KEY_PREFIX": key_prefix, "EVIDENCE_POLICY_FILE": str(POLICY)},
     )  # the policy from the environment, as the worker had it
-    assert (explained.stdout, explained.returncode) == (readme_explain(), 1), explained.stderr
+    assert (explained.stdout, explained.returncode) == (documented_explain(), 1), explained.stderr
 
 
 def test_gate_with_the_baseline_policy_names_the_release_rule() -> None:

@@ -1,9 +1,10 @@
-"""The README's "Run the worker" flow, end to end, with the commands read from the README.
+"""docs/worker.md's "Run the worker" flow, end to end, with the commands read from that page.
 
 A worker started with the Procfile's command line consumes what `evidence-worker publish`
-sends of the example file; then `alerts` and `show` inspect the conflicting hash, as the README
+sends of the example file; then `alerts` and `show` inspect the conflicting hash, as the page
 shows. Only where things live differs: DB 9 (no other test uses it), a queue and a key prefix
-of this test's own, so it never meets another test's workers or keys.
+of this test's own, so it never meets another test's workers or keys. The README's three
+commands are the page's (tests/unit/project/test_docs.py).
 """
 
 from __future__ import annotations
@@ -32,15 +33,15 @@ from worker.stores.base import History
 pytestmark = pytest.mark.integration
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
-README_STORE_URL = "redis://localhost:6379/0"  # what the README's commands name
+DOC_STORE_URL = "redis://localhost:6379/0"  # what the page's commands name
 EXAMPLE = EXAMPLES / "attribution-results.jsonl"
 BIN = Path(sys.executable).parent  # the venv's console scripts: celery, evidence-worker
-README_TIMEOUT_SECONDS = 60.0
+TIMEOUT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class Command:
-    """One shell line of the README: `VAR=value ... program args...`."""
+    """One shell line of the page: `VAR=value ... program args...`."""
 
     env: dict[str, str]
     argv: list[str]
@@ -55,10 +56,11 @@ def parse_shell_line(line: str) -> Command:
     return Command(env, words)
 
 
-def readme_section_commands() -> tuple[list[Command], list[Command]]:
-    """The two sh blocks of "## Run the worker": starting the worker; publish, alerts, show."""
-    readme = (ROOT / "README.md").read_text("utf-8")
-    section = readme.split("\n## Run the worker\n", 1)[1].split("\n## ", 1)[0]
+def page_section_commands() -> tuple[list[Command], list[Command]]:
+    """The two sh blocks of docs/worker.md's "## Run the worker": starting the worker;
+    publish, alerts, show."""
+    page = (ROOT / "docs" / "worker.md").read_text("utf-8")
+    section = page.split("\n## Run the worker\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
     assert len(blocks) == 2, section
     start, inspect = (
@@ -108,7 +110,7 @@ def run(command: Command, env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def finish(process: subprocess.Popen[bytes]) -> Finished:
-    stdout, stderr = process.communicate(timeout=README_TIMEOUT_SECONDS)
+    stdout, stderr = process.communicate(timeout=TIMEOUT_SECONDS)
     return Finished(process.returncode, stdout.decode("utf-8"), stderr.decode("utf-8"))
 
 
@@ -124,7 +126,7 @@ def launcher(tmp_path: Path) -> Iterator[Launcher]:
         client.ping()
     except redis.ConnectionError as error:
         pytest.fail(f"integration tests need Redis at {REDIS_URL}: {error}", pytrace=False)
-    started = Launcher(tmp_path, f"test-readme-{uuid.uuid4().hex[:10]}")
+    started = Launcher(tmp_path, f"test-docs-flow-{uuid.uuid4().hex[:10]}")
     yield started
     started.stop_all()  # SIGTERM to each main process first, then SIGKILL to its group
     keys = list(client.scan_iter(match=f"{started.key_prefix}:*", count=1000))
@@ -133,8 +135,8 @@ def launcher(tmp_path: Path) -> Iterator[Launcher]:
     client.close()
 
 
-def test_the_readme_worker_flow(launcher: Launcher) -> None:
-    start, (publish, alerts, show) = readme_section_commands()
+def test_the_documented_worker_flow(launcher: Launcher) -> None:
+    start, (publish, alerts, show) = page_section_commands()
     lines = EXAMPLE.read_text("utf-8").splitlines()
     cases = [json.loads(line)["case_id"] for line in lines]
     sent = [case for case in cases if case != "refund-003"]  # line 7: not a valid message
@@ -142,16 +144,16 @@ def test_the_readme_worker_flow(launcher: Launcher) -> None:
     conflicting = hash_of(reruns[0])
     assert [hash_of(line) for line in reruns] == [conflicting] * 3
 
-    # The README runs the worker exactly as the Procfile does.
+    # The page runs the worker exactly as the Procfile does.
     assert [command.argv for command in start] == [procfile_worker()]
     assert start[0].env == {}
-    queue = f"test-readme-{uuid.uuid4().hex[:10]}"
+    queue = f"test-docs-flow-{uuid.uuid4().hex[:10]}"
     worker: Worker = launcher.start(
         queue,
         broker_url=REDIS_URL,
         store_url=REDIS_URL,  # the worker's default: the broker's Redis
         # One pool process scores in file order, so the three refund-002 messages are
-        # recorded in file order and the outcome below is the README's, every time.
+        # recorded in file order and the outcome below is the page's, every time.
         env={"CELERY_WORKER_CONCURRENCY": "1"},
         command=installed(on_queue(procfile_worker(), queue)),
     )
@@ -181,7 +183,7 @@ def test_the_readme_worker_flow(launcher: Launcher) -> None:
             sum(line.get("event") in (SCORED, REJECTED) for line in output) >= len(sent)
             and any(line.get("event") == NONDETERMINISM for line in output)
         ),
-        timeout=README_TIMEOUT_SECONDS,
+        timeout=TIMEOUT_SECONDS,
         what=f"{len(sent)} records and an alert",
     )
     records = worker.records()
@@ -206,7 +208,7 @@ def test_the_readme_worker_flow(launcher: Launcher) -> None:
     assert worker.unparsed() == []
 
     # EVIDENCE_STORE_URL=redis://localhost:6379/0 evidence-worker alerts  (and show HASH)
-    assert alerts.env == show.env == {"EVIDENCE_STORE_URL": README_STORE_URL}
+    assert alerts.env == show.env == {"EVIDENCE_STORE_URL": DOC_STORE_URL}
     assert alerts.argv == ["evidence-worker", "alerts"]
     assert show.argv == ["evidence-worker", "show", conflicting]
     store_env = {**commands_env, "EVIDENCE_STORE_URL": REDIS_URL}

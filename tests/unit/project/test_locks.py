@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ LOCKS = [
     pytest.param(DEV_LOCK, id="dev"),
 ]
 WRITER = ".ci/lock"
+DEVELOPMENT = ROOT / "docs" / "development.md"  # how to run the tests and write the locks
 # Dev extras that a runtime dependency needs too, so they are in the runtime lock by right
 # (langsmith, datasets and huggingface-hub require PyYAML).
 NEEDED_AT_RUNTIME = {"pyyaml"}
@@ -150,24 +153,53 @@ def test_every_runtime_pin_is_unchanged_in_the_other_locks(path: Path) -> None:
 
 
 def test_both_locks_name_the_command_that_writes_them() -> None:
-    """Every header names .ci/lock, which exists, is executable and is the command README gives."""
+    """Every header names .ci/lock, which exists, is executable and is the command the
+    development page gives."""
     for path in (LOCK, OTEL_LOCK, DEV_LOCK):
         assert f"#    {WRITER}\n" in path.read_text(encoding="utf-8"), path.name
     assert os.access(ROOT / WRITER, os.X_OK)
-    assert f"\n{WRITER}  " in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"\n{WRITER}  " in DEVELOPMENT.read_text(encoding="utf-8")
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def section(path: Path, title: str) -> str:
+    text = path.read_text(encoding="utf-8")
     return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
-def test_users_get_the_runtime_lock_and_ci_the_readme_s_test_install() -> None:
-    """README's Install uses requirements.lock; its test instructions and .ci/run use
-    requirements-dev.lock. Both as they are (--no-deps): each lock is complete."""
+def make_installs(target: str) -> list[str]:
+    """The pip installs `make TARGET` runs on a clean clone (`make -n -B`: printed, not run),
+    as a person would type them: `pip install ...`, without --quiet or redirections."""
+    # An outer make (`make test` running pytest) must not pass its own flags down.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    printed = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", target],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    installs = []
+    for line in printed.splitlines():
+        if "pip install" not in line:  # other recipe lines may be partial shell (a `\`)
+            continue
+        words = shlex.split(line)
+        if Path(words[0]).name == "pip" and words[1:2] == ["install"]:
+            kept = [word for word in words[1:] if word != "--quiet" and not word.startswith(">")]
+            installs.append(" ".join(["pip", *kept]))
+    return installs
+
+
+def test_users_get_the_runtime_lock_and_ci_the_documented_test_install() -> None:
+    """README's Install and `make run` use requirements.lock; the development page's test
+    instructions and CI (`.ci/run` is `make test`) use requirements-dev.lock. Both as they
+    are (--no-deps): each lock is complete."""
+    install = "pip install --no-deps -r requirements.lock"
     dev_install = "pip install --no-deps -r requirements-dev.lock"
-    assert "pip install --no-deps -r requirements.lock " in readme_section("Install")
-    assert dev_install in readme_section("Run the tests")
+    assert f"{install} " in section(ROOT / "README.md", "Install")
+    assert dev_install in section(DEVELOPMENT, "Run the tests")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert dev_install in ci
-    assert not [line for line in ci if "requirements.lock" in line]
+    assert ci[-1] == "make test"
+    assert make_installs("test") == [dev_install, "pip install --no-deps -e ."]
+    assert make_installs("run") == [install, "pip install --no-deps -e ."]
