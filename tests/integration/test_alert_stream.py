@@ -11,7 +11,7 @@ import pytest
 
 from contracts import Alert
 from tests import factories
-from tests.integration.test_stores import StoreFactory, store_factory
+from tests.integration.store_factories import StoreFactory, store_factory
 from worker.stores import ResultStore
 from worker.stores import redis as redis_store
 from worker.stores import sqlite as sqlite_store

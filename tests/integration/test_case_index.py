@@ -15,7 +15,7 @@ import pytest
 from contracts import Attempt
 from tests import factories
 from tests.conftest import FIXED_NOW
-from tests.integration.test_stores import StoreFactory, make_redis_store, make_store, store
+from tests.integration.store_factories import StoreFactory, make_redis_store, make_store, store
 from worker.stores import ResultStore
 from worker.stores.base import recorded_ms
 from worker.stores.keys import case_key, outcome_key

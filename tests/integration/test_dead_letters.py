@@ -12,7 +12,7 @@ from typing import cast
 import pytest
 
 from tests.conftest import FIXED_NOW
-from tests.integration.test_stores import StoreFactory, store_factory
+from tests.integration.store_factories import StoreFactory, store_factory
 from worker.settings import DEAD_LETTER_MAX_BYTES
 from worker.stores import DeadLetter, ResultStore
 from worker.stores.keys import dead_letters_key

@@ -10,8 +10,8 @@ import pytest
 
 from tests.conftest import FIXED_NOW
 from tests.factories import ledger_entry as entry
-from tests.integration import test_stores as suite
-from tests.integration.test_stores import HASH, OTHER_HASH, StoreFactory, attempt
+from tests.integration import store_factories as suite
+from tests.integration.store_factories import HASH, OTHER_HASH, StoreFactory, attempt
 from worker.stores import DeadLetter, ResultStore
 from worker.stores.keys import ledger_key, ledger_task_key
 from worker.stores.redis import RedisStore

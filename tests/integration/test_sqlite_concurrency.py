@@ -20,7 +20,7 @@ import pytest
 from contracts import Alert, Attempt
 from tests import factories
 from tests.conftest import FIXED_NOW
-from tests.integration.test_stores import write_version_0_sqlite
+from tests.integration.store_factories import write_version_0_sqlite
 from worker.stores import ResultStore
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore

@@ -15,7 +15,7 @@ from contracts import Alert, Attempt
 from contracts.records import ContractDriftAlert
 from tests import factories
 from tests.conftest import FIXED_NOW
-from tests.integration.test_stores import StoreFactory, store_factory
+from tests.integration.store_factories import StoreFactory, store_factory
 from worker.stores import ResultStore
 from worker.stores.redis import RedisStore
 

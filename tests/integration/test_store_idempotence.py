@@ -17,8 +17,8 @@ import redis
 
 from contracts import Alert, Attempt, AttributionResult, ScoreRecord
 from tests.conftest import FIXED_NOW
-from tests.integration import test_stores as suite
-from tests.integration.test_stores import (
+from tests.integration import store_factories as suite
+from tests.integration.store_factories import (
     HASH,
     OTHER_HASH,
     LegacyFactory,
