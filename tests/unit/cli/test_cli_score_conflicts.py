@@ -12,11 +12,7 @@ import pytest
 
 from contracts.records import CONTRACT_DRIFT
 from tests.conftest import CITED_SUPPORTED, Run
-from tests.unit.cli.factories import (
-    TWO_THIRDS,
-    assert_published_shapes,
-    hash_of,
-)
+from tests.unit.cli.factories import TWO_THIRDS, assert_published_shapes, hash_of
 
 
 @pytest.fixture

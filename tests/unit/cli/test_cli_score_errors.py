@@ -9,11 +9,7 @@ from typing import Any
 
 import pytest
 
-from contracts import (
-    PolicyError,
-    parse_policy,
-    policy_from_threshold,
-)
+from contracts import PolicyError, parse_policy, policy_from_threshold
 from tests.conftest import Run
 from worker.cli import main
 

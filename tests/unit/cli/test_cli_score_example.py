@@ -7,13 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Run
-from tests.unit.cli.factories import (
-    EXAMPLE_FILE,
-    EXAMPLE_POLICY,
-    TWO_THIRDS,
-    example_rows,
-    hash_of,
-)
+from tests.unit.cli.factories import EXAMPLE_FILE, EXAMPLE_POLICY, TWO_THIRDS, example_rows, hash_of
 
 # (line, case_id, event, status, value, cache) for the example file on a fresh store.
 EXAMPLE_FIRST_RUN = [

@@ -13,10 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CITED_SUPPORTED, Run
-from tests.unit.cli.factories import (
-    EXAMPLE_POLICY,
-    TWO_THIRDS,
-)
+from tests.unit.cli.factories import EXAMPLE_POLICY, TWO_THIRDS
 
 
 def test_report_only_without_policy(

@@ -13,10 +13,7 @@ import pytest
 
 from contracts.records import CONTRACT_DRIFT, NONDETERMINISM
 from tests.conftest import ROOT
-from tests.unit.project.deploy_files import (
-    DEPLOY,
-    yaml_documents,
-)
+from tests.unit.project.deploy_files import DEPLOY, yaml_documents
 from worker.cli import COMMANDS
 from worker.constants import TASK_FAILED, UNRECORDABLE
 from worker.observability.logging import SERVICE_NAME

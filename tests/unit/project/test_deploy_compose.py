@@ -17,11 +17,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.factories import procfile
-from tests.unit.project.deploy_files import (
-    COMPOSE,
-    DEPLOY,
-    compose,
-)
+from tests.unit.project.deploy_files import COMPOSE, DEPLOY, compose
 
 COMPOSE_FLOWER = DEPLOY / "compose.flower.yaml"
 

@@ -12,9 +12,7 @@ from typing import Any
 import pytest
 
 from tests.ecs import ecs_conflicts
-from tests.unit.project.deploy_files import (
-    DEPLOY,
-)
+from tests.unit.project.deploy_files import DEPLOY
 from worker.observability.logging import SERVICE_NAME, configure_logging, get_logger
 
 

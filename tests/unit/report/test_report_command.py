@@ -13,14 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import EXAMPLES, Run
-from tests.unit.report.factories import (
-    FAQ,
-    PAYMENTS,
-    alert,
-    invalid,
-    record,
-    rejected,
-)
+from tests.unit.report.factories import FAQ, PAYMENTS, alert, invalid, record, rejected
 from worker.cli import main
 
 
