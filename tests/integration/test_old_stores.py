@@ -137,7 +137,7 @@ def test_old_cases_are_found_on_sqlite_and_on_redis_once_recorded_again(
 ) -> None:
     """A SQLite file is indexed from its attempts as it is migrated; Redis keeps no index of
     what was recorded before it existed, so a case is found there once its hash is recorded
-    again (README: looking a row up)."""
+    again (docs/triage.md: looking a row up)."""
     before = cli("show", "--case", "refund-002-retry", "--store", old_store)
     cli("score", OLD / "run.jsonl", "--store", old_store, "--policy", POLICY)
     after = cli("show", "--case", "refund-002-retry", "--store", old_store)
