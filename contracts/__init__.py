@@ -3,6 +3,7 @@
 from typing import Any
 
 from contracts.hashing import input_hash
+from contracts.judging import Judgement, judge
 from contracts.messages import AttributionResult, Citation, Context, Grader, ReleaseRow
 from contracts.metric import METRIC_VERSION, RAGAS_VERSION
 from contracts.outcomes import Decision, Outcome
@@ -32,6 +33,7 @@ __all__ = [
     "CoverageRecord",
     "Decision",
     "Grader",
+    "Judgement",
     "Outcome",
     "Policy",
     "PolicyError",
@@ -41,6 +43,7 @@ __all__ = [
     "evidence_coverage",
     "input_hash",
     "json_schemas",
+    "judge",
     "parse_policy",
     "policy_from_threshold",
     "score_claims",

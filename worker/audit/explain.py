@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from contracts import Attempt, Decision, Policy, decide
-from contracts.policy import DEFAULT_GROUP
+from contracts import Attempt, Decision, Policy
+from contracts.judging import Judgement, judge_kept
 from contracts.records import KeptCitation
-from contracts.triage import Finding, FindingName, row_owner
+from contracts.triage import Finding, FindingName
 from worker.stores.base import History, classify
 
 NOT_KEPT: Final = "not kept by this store"
@@ -31,22 +31,10 @@ NEXT_ARTIFACT: Final[dict[FindingName, str]] = {
 }
 
 
-def group_of(first: Attempt) -> str:
-    """The policy group the attempt's message named (the default for one that kept none)."""
-    return first.policy_group or DEFAULT_GROUP
-
-
-def decision_of(first: Attempt, policy: Policy | None) -> Decision | None:
-    """The first outcome decided under `policy` (None without one: `explain` says so)."""
-    if policy is None:
-        return None
-    return decide(
-        first.outcome,
-        policy,
-        policy_group=group_of(first),
-        blocking=True,  # not kept: it gates a run, it does not change a row's status
-        contract_version=first.contract_version,
-    )
+def judgement_of(first: Attempt, policy: Policy | None) -> Judgement | None:
+    """The first attempt judged under `policy` (contracts.judging.judge_kept); None without
+    a policy: `explain` says the row is not decided."""
+    return None if policy is None else judge_kept(first, policy)
 
 
 def conflicting(history: History) -> int:
@@ -67,7 +55,8 @@ def explain(
     input hashes besides this, its newest.
     """
     first = history.first
-    decision = decision_of(first, policy)
+    judgement = judgement_of(first, policy)
+    decision = None if judgement is None else judgement.decision
     lines = [
         f"case: {_case_line(history)}",
         f"input hash: {history.input_hash}",
@@ -77,7 +66,7 @@ def explain(
         f"value: {'none (invalid)' if first.value is None else _number(first.value)}",
         f"reason: {first.reason}",
         f"status: {_status(first, decision, policy)}",
-        f"owner: {_owner(first, decision)}",
+        f"owner: {_owner(first, judgement)}",
         *_findings(first, decision),
         f"attempts: {_attempts(history)}",
     ]
@@ -127,7 +116,8 @@ def _status(first: Attempt, decision: Decision | None, policy: Policy | None) ->
     return f"{decision.status} {where}, group {decision.policy_group}, {rule}{assumed}"
 
 
-def _owner(first: Attempt, decision: Decision | None) -> str:
+def _owner(first: Attempt, judgement: Judgement | None) -> str:
+    decision = None if judgement is None else judgement.decision
     if first.value is None or (decision is not None and decision.status == "invalid"):
         return "evaluation-data (an invalid row: fix the row's claim lists or its group)"
     if first.contract_drift:
@@ -136,15 +126,14 @@ def _owner(first: Attempt, decision: Decision | None) -> str:
             f" under contract version {first.contract_version}; see evidence-worker alerts"
             " --kind contract_drift)"
         )
-    if decision is None:
+    if judgement is None:
         recorded = f"; the worker recorded owner {first.owner}" if first.owner else ""
         return f"none until decided{recorded}"
-    if decision.status != "fail":
+    if judgement.decision.status != "fail":
         return "none (the row passes)"
     if first.findings is None:
         return "not known: recorded before findings were kept (score the message again)"
-    owner = row_owner(decision, first.findings, contract_drift=False, release_rule=False)
-    return owner or "none"
+    return judgement.triage.owner or "none"
 
 
 def _findings(first: Attempt, decision: Decision | None) -> list[str]:

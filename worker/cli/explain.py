@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from worker.audit.explain import conflicting, decision_of, explain
+from worker.audit.explain import conflicting, explain, judgement_of
 from worker.cli.common import add_policy_options, describe, existing_store, resolve_policy
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.cli.show import add_lookup_arguments, no_hash_for_case, unknown_hash
@@ -40,7 +40,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         history, older = _look_up(store, args)
     sys.stdout.write(explain(history, policy, case_id=args.case, older=older))
     first = history.first
-    decision = decision_of(first, policy)
+    judgement = judgement_of(first, policy)
+    decision = None if judgement is None else judgement.decision
     if conflicting(history):
         return NONDETERMINISM
     if first.value is None or first.contract_drift:

@@ -24,7 +24,7 @@ from worker.errors import InputError
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from contracts import AttributionResult, Decision, Outcome, Policy, ReleaseRow
+    from contracts import AttributionResult, Policy, ReleaseRow
 
 DEFAULT_MAX_BYTES = Settings.model_fields["max_message_bytes"].default
 
@@ -96,27 +96,15 @@ def gate_row(
 ) -> dict[str, Any]:
     """One gate line: a triaged decision for a valid row, or an invalid row naming what is
     wrong; with a baseline, the change of status it makes."""
-    from contracts import AttributionResult, Outcome
-    from contracts.metric import score_pair
-    from contracts.triage import findings_json, release_row_triage, triage
+    from contracts.judging import judge
+    from contracts.triage import findings_json
     from worker.pipeline.intake import case_id_of
 
     try:
         row = _parse(body, max_bytes)
     except InputError as error:
         return _unreadable(number, case_id_of(body), str(error), policy)
-    value, reason = score_pair(row.required_claim_ids, row.supported_claim_ids)
-    outcome = Outcome(value=value, reason=reason)
-    decision = _decide(outcome, policy, row)
-    before = None if baseline is None else _decide(outcome, baseline, row)
-    # Same value, the rule moved: a failure that the baseline passed is the rule's.
-    release_rule = decision.status == "fail" and before is not None and before.status == "pass"
-    if isinstance(row, AttributionResult):
-        found = triage(row, decision, release_rule=release_rule)
-    else:
-        found = release_row_triage(
-            row.required_claim_ids, row.supported_claim_ids, decision, release_rule=release_rule
-        )
+    _, decision, found, before = judge(row, policy, baseline=baseline)
     fields = decision.model_dump(mode="json")
     line = {
         "line": number,
@@ -158,18 +146,6 @@ def _is_attribution_result(body: bytes) -> bool:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return False  # the ReleaseRow parse says what is wrong with it
     return isinstance(parsed, dict) and "schema_version" in parsed
-
-
-def _decide(outcome: Outcome, policy: Policy, row: ReleaseRow | AttributionResult) -> Decision:
-    from contracts import decide
-
-    return decide(
-        outcome,
-        policy,
-        policy_group=row.policy_group,
-        blocking=row.blocking,
-        contract_version=row.contract_version,
-    )
 
 
 def _unreadable(number: int, case_id: str | None, reason: str, policy: Policy) -> dict[str, Any]:

@@ -21,14 +21,13 @@ from contracts import (
     Outcome,
     Policy,
     ScoreRecord,
-    decide,
     input_hash,
+    judging,
 )
-from contracts.metric import score_pair
 from contracts.policy import INVALID_OWNER
 from contracts.records import REJECTED, SCORED, ContractDriftAlert
 from contracts.trace_ids import checked_trace_id
-from contracts.triage import Triage, row_owner, triage
+from contracts.triage import Triage, row_owner
 from worker.pipeline.intake import case_id_of, storable
 from worker.pipeline.redaction import excerpt
 from worker.stores import OutcomeStore, Recorded
@@ -73,8 +72,7 @@ class Processed:
 
 def score(message: AttributionResult) -> tuple[str, Outcome]:
     """The input hash and the metric outcome for one validated message."""
-    value, reason = score_pair(message.required_claim_ids, message.supported_claim_ids)
-    return input_hash(message), Outcome(value=value, reason=reason)
+    return input_hash(message), judging.outcome_of(message)
 
 
 @dataclass(frozen=True)
@@ -90,20 +88,9 @@ class Judged:
 
 
 def judge(message: AttributionResult, delivery: Delivery, policy: Policy | None) -> Judged:
-    """Score a message, decide its outcome and triage it (SPEC §9)."""
-    hash_, outcome = score(message)
-    decision = _decide(message, outcome, policy)
-    return Judged(message, delivery, hash_, outcome, decision, triage(message, decision))
-
-
-def _decide(message: AttributionResult, outcome: Outcome, policy: Policy | None) -> Decision:
-    return decide(
-        outcome,
-        policy,
-        policy_group=message.policy_group,
-        blocking=message.blocking,
-        contract_version=message.contract_version,
-    )
+    """Hash a message, and score, decide and triage it (contracts.judging)."""
+    outcome, decision, found, _ = judging.judge(message, policy)
+    return Judged(message, delivery, input_hash(message), outcome, decision, found)
 
 
 def kept_citations(
@@ -153,14 +140,20 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
     )
 
 
-def first_triage(message: AttributionResult, first: Attempt, decision: Decision) -> Triage:
-    """The triage of a hash's first attempt: its supported set and citations over the
-    message's hashed inputs (the same answer, contexts and expected evidence). An attempt kept
-    before citations were has none to give: the message's stand in."""
+def judge_first(
+    message: AttributionResult, first: Attempt, outcome: Outcome, policy: Policy | None
+) -> tuple[Decision, Triage]:
+    """The decision on a hash's first `outcome` and the triage of its first attempt: its
+    supported set and citations over the message's hashed inputs (the same answer, contexts
+    and expected evidence). An attempt kept before citations were has none to give: the
+    message's stand in."""
     update: dict[str, object] = {"supported_claim_ids": first.supported_claim_ids}
     if first.citations is not None:
         update["citations"] = first.citations
-    return triage(message.model_copy(update=update), decision)
+    _, decision, found, _ = judging.judge(
+        message.model_copy(update=update), policy, outcome=outcome
+    )
+    return decision, found
 
 
 def build_record(
@@ -179,8 +172,7 @@ def build_record(
         decision, found = judged.decision, judged.triage
     else:
         canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
-        decision = _decide(message, canonical, policy)
-        found = first_triage(message, recorded.first, decision)
+        decision, found = judge_first(message, recorded.first, canonical, policy)
     repeat = recorded.cache != "miss"
     trace_id, trace_warning = checked_trace_id(message.trace_id)
     fields = decision.__dict__.copy()  # its field values: what model_dump() would copy
