@@ -1,0 +1,82 @@
+"""worker.client's public surface, pinned (as httpx pins its exports): the one public class,
+its public methods and attributes, and each method's parameters, kinds and defaults."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import worker.client
+from worker.client import EvidenceClient
+from worker.settings import Settings
+
+# Per public method (and __init__): (name, kind, default) of each parameter after self/cls.
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
+POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+EMPTY = inspect.Parameter.empty
+SIGNATURES: dict[str, list[tuple[str, Any, Any]]] = {
+    "__init__": [("settings", POSITIONAL, EMPTY), ("store", KEYWORD, None)],
+    "close": [],
+    "from_env": [],
+    "history": [("input_hash", POSITIONAL, EMPTY)],
+    "lookup": [
+        ("contract_version", KEYWORD, EMPTY),
+        ("answer", KEYWORD, EMPTY),
+        ("contexts", KEYWORD, EMPTY),
+        ("required_claim_ids", KEYWORD, EMPTY),
+        ("grader", KEYWORD, EMPTY),
+        ("expected_evidence", KEYWORD, None),
+    ],
+    "publish": [("message", POSITIONAL, EMPTY)],
+    "publish_batch": [("messages", POSITIONAL, EMPTY)],
+}
+
+
+def test_the_module_defines_one_public_name() -> None:
+    """EvidenceClient is the only public name worker.client defines (its imports aside)."""
+    defined = sorted(
+        name
+        for name, value in vars(worker.client).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == "worker.client"
+    )
+    assert defined == ["EvidenceClient"]
+
+
+def test_the_client_s_public_methods() -> None:
+    """Exactly these methods are public; a new one is a decision this list records."""
+    public = sorted(name for name in vars(EvidenceClient) if not name.startswith("_"))
+    assert public == ["close", "from_env", "history", "lookup", "publish", "publish_batch"]
+
+
+def test_from_env_is_a_classmethod() -> None:
+    """from_env builds a client from the environment without an instance."""
+    assert isinstance(inspect.getattr_static(EvidenceClient, "from_env"), classmethod)
+
+
+def test_each_method_s_parameters_kinds_and_defaults() -> None:
+    """Parameter names (keyword-only ones are public names too), kinds and defaults."""
+    found = {
+        name: [
+            (parameter.name, parameter.kind, parameter.default)
+            for parameter in inspect.signature(getattr(EvidenceClient, name)).parameters.values()
+            if parameter.name not in {"self", "cls"}
+        ]
+        for name in SIGNATURES
+    }
+    assert found == SIGNATURES
+
+
+class NoStore:
+    """Stands in for a store: the client only keeps it until a call needs it."""
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_client_s_public_attributes() -> None:
+    """A client keeps its settings and its store, both public; nothing else is."""
+    settings = Settings()
+    store = NoStore()
+    client = EvidenceClient(settings, store=store)  # type: ignore[arg-type]
+    public = {name: value for name, value in vars(client).items() if not name.startswith("_")}
+    assert public == {"settings": settings, "store": store}
