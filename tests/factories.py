@@ -14,6 +14,7 @@ from worker.pipeline.scoring import WORKER_VERSION
 from worker.stores import LedgerEntry
 
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
+ONE_THIRD_REASON = "supported=1; required=3; missing=refund-method,support-channel"
 # The base message has no citations: its one missing claim cannot be told apart (SPEC §9).
 NO_ARTIFACT: dict[str, Any] = {
     "claim_id": "refund-method",

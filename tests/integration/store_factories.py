@@ -18,6 +18,7 @@ import pytest
 from contracts import Attempt
 from tests import factories
 from tests.conftest import FIXED_NOW
+from tests.factories import TWO_THIRDS_REASON
 from worker.stores import ResultStore
 from worker.stores.keys import attempts_key, outcome_key
 from worker.stores.redis import RedisStore
@@ -26,8 +27,6 @@ from worker.stores.sqlite import SQLiteStore
 HASH = "a" * 64
 OTHER_HASH = "b" * 64
 TWO_THIRDS = 2 / 3
-TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
-ONE_THIRD_REASON = "supported=1; required=3; missing=refund-method,support-channel"
 UNKNOWN_REASON = (
     "Error executing metric evidence_coverage: supported_claim_ids contains unknown IDs: old-c1"
 )

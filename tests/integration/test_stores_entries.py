@@ -14,8 +14,9 @@ import fakeredis
 import pytest
 
 from tests.conftest import FIXED_NOW
+from tests.factories import ONE_THIRD_REASON
 from tests.integration import store_factories as suite
-from tests.integration.store_factories import HASH, ONE_THIRD_REASON, attempt
+from tests.integration.store_factories import HASH, attempt
 from worker.stores import History, ResultStore
 from worker.stores.keys import attempts_key, outcome_key
 from worker.stores.redis import RedisStore

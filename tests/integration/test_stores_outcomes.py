@@ -9,16 +9,9 @@ import pytest
 
 from contracts import Alert
 from tests.conftest import FIXED_NOW
+from tests.factories import ONE_THIRD_REASON, TWO_THIRDS_REASON
 from tests.integration import store_factories as suite
-from tests.integration.store_factories import (
-    HASH,
-    ONE_THIRD_REASON,
-    OTHER_HASH,
-    TWO_THIRDS,
-    TWO_THIRDS_REASON,
-    UNKNOWN_REASON,
-    attempt,
-)
+from tests.integration.store_factories import HASH, OTHER_HASH, TWO_THIRDS, UNKNOWN_REASON, attempt
 from worker.stores import Recorded, ResultStore
 
 # The store suite's fixtures: every store kind (SQLite, fakeredis, real Redis) in turn.

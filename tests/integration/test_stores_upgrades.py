@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXED_NOW
+from tests.factories import ONE_THIRD_REASON
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import (
     HASH,
-    ONE_THIRD_REASON,
     OTHER_HASH,
     LegacyFactory,
     attempt,
