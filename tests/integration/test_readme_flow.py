@@ -26,6 +26,7 @@ import redis
 from contracts import AttributionResult, input_hash
 from contracts.records import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import EXAMPLES, ROOT
+from tests.factories import procfile_worker
 from tests.integration.worker_harness import Launcher, Worker
 from worker.cli import exit_codes as runs
 from worker.stores.base import History
@@ -67,14 +68,6 @@ def page_section_commands() -> tuple[list[Command], list[Command]]:
         [parse_shell_line(line) for line in block.splitlines() if line.strip()] for block in blocks
     )
     return start, inspect
-
-
-def procfile_worker() -> list[str]:
-    for line in (ROOT / "Procfile").read_text("utf-8").splitlines():
-        kind, _, command = line.partition(":")
-        if kind.strip() == "worker":
-            return shlex.split(command)
-    raise AssertionError("the Procfile has no worker line")
 
 
 def on_queue(argv: list[str], queue: str) -> list[str]:

@@ -31,11 +31,6 @@ CONTEXTS = [
 
 
 @pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/s.sqlite3"
-
-
-@pytest.fixture
 def scored(
     cli: Callable[..., Run],
     store_url: str,

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import EXAMPLES
+from tests.unit.cli.factories import EXAMPLE_POLICY
 from worker.cli import main
 
 EXAMPLE_ROWS = EXAMPLES / "release-rows.jsonl"
-EXAMPLE_POLICY = EXAMPLES / "policy.toml"
 
 GATE_FIELDS = [
     "line", "case_id", "status", "value", "reason", "contract_version", "policy_group",
