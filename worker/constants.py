@@ -1,7 +1,8 @@
 """Names other processes rely on: the task names a publisher sends to, the events of a task
-failing on a bug that deploy/alerts/loki-rules.yaml alerts on, and the heartbeat file's words
-that the probe (worker/runtime/health.py) and Settings share. Standard library only: the probe
-imports this and nothing heavier."""
+failing on a bug that deploy/alerts/loki-rules.yaml alerts on, the service and logger names
+that collectors and dashboards select on (logging and telemetry both write them), and the
+heartbeat file's words that the probe (worker/runtime/health.py) and Settings share. Standard
+library only: the probe imports this and nothing heavier."""
 
 SCORE = "evidence_coverage.score"
 SCORE_BATCH = "evidence_coverage.score_batch"
@@ -11,6 +12,9 @@ RECONCILE = "evidence_coverage.reconcile"
 
 TASK_FAILED = "evidence_coverage.task_failed"
 UNRECORDABLE = "evidence_coverage.unrecordable"
+
+SERVICE_NAME = "evidence-coverage-worker"
+LOGGER_NAME = "evidence_coverage"
 
 HEARTBEAT_FILE_ENV = "EVIDENCE_HEARTBEAT_FILE"
 EMPTY_FILE_PROBLEM = "empty: name the file the worker touches while it consumes, or unset it"

@@ -25,16 +25,18 @@ from contracts import ScoreRecord
 from contracts.records import ALERT_EVENTS, AnyAlert, ContractDriftAlert, iso_utc
 from contracts.triage import findings_json
 
+# `X as X`: re-exported (PEP 484), so callers that took these names from here still can.
+from worker.constants import LOGGER_NAME as LOGGER_NAME  # noqa: PLC0414
+from worker.constants import SERVICE_NAME as SERVICE_NAME  # noqa: PLC0414
+
 # Fields that could carry raw answer or context text; dropped from every log line.
 RAW_TEXT_FIELDS = frozenset({"answer", "contexts", "text", "prompt", "body"})
 STDOUT_FILENO = 1
 PER_MESSAGE_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 
 LogSchema = Literal["otel", "ecs"]
-SERVICE_NAME = "evidence-coverage-worker"
 ECS_DATASET = "evidence_coverage"  # deploy/logging/vector.toml's data_stream.dataset
 ECS_LOGGING_VERSION = "1.6.0"  # the ecs.version Elastic's ecs-logging 2.3 writes
-LOGGER_NAME = "evidence_coverage"
 # OpenTelemetry log data model SeverityNumber, by structlog level name; 0 is UNSPECIFIED.
 SEVERITY_NUMBERS = {"debug": 5, "info": 9, "warning": 13, "error": 17, "critical": 21}
 

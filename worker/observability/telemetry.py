@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from contracts.metric import METRIC_NAME
 from contracts.records import REJECTED, ScoreRecord
+from worker.constants import LOGGER_NAME, SERVICE_NAME
 
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs import LoggerProvider
@@ -82,8 +83,6 @@ class Telemetry:
     def __init__(self, tracer_provider: TracerProvider, logger_provider: LoggerProvider) -> None:
         from opentelemetry._logs import SeverityNumber
 
-        from worker.observability.logging import LOGGER_NAME
-
         self.pid = os.getpid()
         self.tracer_provider = tracer_provider
         self.logger_provider = logger_provider
@@ -129,8 +128,6 @@ def start(environ: Mapping[str, str] = os.environ) -> Telemetry:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    from worker.observability.logging import SERVICE_NAME
 
     # Resource.create lets attributes given here win over OTEL_SERVICE_NAME: ours is only
     # the default.
