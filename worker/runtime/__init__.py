@@ -1,1 +1,2 @@
-"""The Celery runtime: the app factory, tasks, consumer, bootsteps, pool and request."""
+"""The Celery runtime: the app factory (celery_app), the tasks, the worker's signal handlers,
+the consumer, bootsteps, pool and request. Importing any of it builds no app."""

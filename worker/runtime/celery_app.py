@@ -1,32 +1,33 @@
-"""The Celery app: `celery -A worker.app worker`. Delivery settings for an idempotent task.
+"""The Celery app factory: `create_app(settings)`, and the delivery settings for an idempotent task.
 
 Every message ends in exactly one record: scored, or rejected and dead-lettered. Messages
 that never reach a task (undecodable or oversize bodies) are caught by the consumer
-(worker/runtime/consumer.py). The app carries the process's settings, read once, and builds the
-process's service (worker/pipeline/service.py) on first use; the tasks (worker/runtime/tasks.py)
-and the
-consumer reach both through it, and nothing here imports them.
+(worker/runtime/consumer.py). `create_app` builds an app from the Settings it is given and
+nothing else: importing this module, or calling it, reads no environment and starts nothing.
+worker/app.py (the `celery -A` target) is the one place that builds the app from the
+environment and connects the worker's signal handlers (worker/runtime/signals.py). The app
+registers the tasks (worker/runtime/tasks.py) when it is finalized, which the worker and beat do
+as they start, so a publisher's app never imports the scoring path; it builds the process's
+service (worker/pipeline/service.py) on first use, and the tasks and the consumer reach both
+through it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from celery import Celery, signals
+from celery import Celery
 
 from worker.constants import RECONCILE
 from worker.errors import ConfigurationError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
-from worker.observability import metrics, telemetry
 from worker.runtime import health
-from worker.settings import Settings, load_settings
+from worker.settings import Settings
 
 if TYPE_CHECKING:
     from worker.pipeline.service import Service
 
-CONFIGURATION_EXIT_CODE = 2  # as the command line's configuration errors
 # kombu sweeps the unacked index this often; with throttle 1 a killed worker's messages are
 # back on the queue within visibility_timeout + this, well inside the +30 s we promise.
 UNACKED_RESTORE_INTERVAL_SECONDS = 5
@@ -174,11 +175,14 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
     """The Celery app, with this process's settings and its service."""
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__("evidence_coverage", include=["worker.runtime.tasks"])
+        super().__init__("evidence_coverage")
         self.settings = settings
         self.conf.update(celery_config(settings))
         self._service: Service | None = None
         self._service_pid = 0
+        # Finalizing (the worker and beat as they start, or a first look at `app.tasks`)
+        # registers the tasks on this app alone; an app that only sends never loads them.
+        self.on_after_finalize.connect(_register_tasks)
 
     def service(self) -> Service:
         """This process's service, built on first use: after the prefork fork, and again in a
@@ -224,177 +228,12 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
         self._service = None
 
 
-def create_app(settings: Settings | None = None) -> EvidenceApp:
-    return EvidenceApp(settings or load_settings())
+def _register_tasks(sender: EvidenceApp, **_: Any) -> None:
+    from worker.runtime.tasks import register_tasks
+
+    register_tasks(sender)
 
 
-def _exit_unusable(problem: str) -> NoReturn:
-    print(f"evidence-worker: configuration error: {problem}", file=sys.stderr, flush=True)
-    raise SystemExit(CONFIGURATION_EXIT_CODE)
-
-
-def _app_from_environment() -> EvidenceApp:
-    """The app `celery -A worker.app` loads; a bad setting ends the process with one line
-    (Celery would print the import's traceback and carry on as if nothing happened)."""
-    try:
-        return create_app()
-    except ConfigurationError as error:
-        _exit_unusable(str(error))
-
-
-@signals.setup_logging.connect  # type: ignore[untyped-decorator]
-def _configure_logging(**_: Any) -> None:
-    """Celery's own log lines go through structlog too, so stdout is one format."""
-    from worker.observability.logging import configure_stdlib_logging
-
-    configure_stdlib_logging(
-        app.settings.log_format,
-        schema=app.settings.log_schema,
-        span_ids=telemetry.configured(),
-    )
-
-
-@signals.worker_init.connect  # type: ignore[untyped-decorator]
-def _refuse_unusable_configuration(sender: Any, **_: Any) -> None:
-    """Before `ready`: a policy or store the first message would die on stops the worker now,
-    with one line, instead of a worker that reports ready and fails every message."""
-    try:
-        sender.app.check_configuration()
-    except ConfigurationError as error:
-        _exit_unusable(str(error))
-
-
-@signals.worker_init.connect  # type: ignore[untyped-decorator]
-def _serve_metrics(sender: Any, **_: Any) -> None:
-    """The main process serves all pool processes' metrics, when a port is configured.
-
-    worker_init runs in the main process before the pool forks, so the multiprocess dir made
-    or emptied here is what every child writes to. A pool that runs tasks in this process
-    has no pool process to start (Celery's threads pool sends no worker_process_init; solo
-    sends one as it is built, which then finds the service made): its counters are exported
-    at 0 here.
-    """
-    from worker.runtime.pool import forks_pool_processes
-
-    port = sender.app.settings.metrics_port
-    if port is None:
-        return
-    if metrics.single_process_storage():
-        _exit_unusable(metrics.SINGLE_PROCESS_PROBLEM)
-    try:
-        metrics.prepare(port)
-    except OSError as error:
-        _exit_unusable(f"{metrics.MULTIPROC_ENV} cannot be used for metrics: {error}")
-    metrics.serve(port)
-    if not forks_pool_processes(sender.pool_cls):
-        _export_metrics_at_zero()
-
-
-@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
-def _export_metrics_at_zero(**_: Any) -> None:
-    """With metrics on, a pool process builds its service (and so its counters, every known
-    label set at 0) when it starts rather than at its first message: a counter that first
-    appears at 1 is invisible to increase(), so the first alert after a restart would page
-    nobody. Building it can only fail as the first message would (the store was checked at
-    worker_init): then the service is built on first use, as without metrics. Also called at
-    worker_init by a worker whose pool has no processes of its own."""
-    if app.settings.metrics_port is None:
-        return
-    try:
-        app.service()
-    except Exception as error:  # the first task reports it again, with its context
-        from worker.observability.logging import get_logger
-
-        get_logger().warning(
-            "evidence_coverage.metrics_not_ready",
-            problem=str(error),
-            why="the counters appear with the first message this process handles",
-        )
-
-
-@signals.celeryd_init.connect  # type: ignore[untyped-decorator]
-def _notices_as_json_lines(**_: Any) -> None:
-    """Celery's worker writes its notices (Ctrl-C, warm and cold shutdown, restart) as plain
-    text on stdout from its signal handlers, which it installs and re-installs at several
-    points of start-up and shutdown; with JSON logs, the one function they all write through
-    writes a JSON line instead, whenever the signal comes."""
-    if app.settings.log_format != "json":
-        return
-    import celery.apps.worker
-
-    plain = celery.apps.worker.safe_say
-
-    def say(message: str, f: Any = sys.__stderr__) -> None:
-        if f is not sys.__stdout__:
-            plain(message, f)
-            return
-        from worker.observability.logging import write_line
-
-        write_line(message.strip(), logger="celery.apps.worker")
-
-    celery.apps.worker.safe_say = say
-
-
-@signals.celeryd_after_setup.connect  # type: ignore[untyped-decorator]
-def _banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
-    """Celery's banner is a dozen plain-text lines on stdout; with JSON logs, its facts are one
-    line and the banner is off (with or without --quiet)."""
-    if app.settings.log_format != "json":
-        return
-    from celery import __version__ as celery_version
-
-    from worker.observability.logging import get_logger
-    from worker.runtime.pool import forks_pool_processes
-    from worker.settings import masked_url
-
-    instance.quiet = True
-    pool = instance.pool_cls
-    get_logger().info(
-        "evidence_coverage.worker_starting",
-        hostname=sender,
-        celery_version=celery_version,
-        broker=masked_url(app.settings.broker_url),
-        queues=sorted(instance.app.amqp.queues.consume_from),
-        concurrency=instance.concurrency,
-        pool="prefork" if forks_pool_processes(pool) else pool.__module__.rsplit(".", 1)[-1],
-    )
-
-
-@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
-def _start_telemetry_in_pool_process(**_: Any) -> None:
-    """With the otel extra and an OTLP endpoint, each pool process exports its task spans and
-    evaluation events (worker/observability/telemetry.py); its exporters' threads start after the
-    fork."""
-    if telemetry.configured():
-        telemetry.start()
-
-
-@signals.worker_init.connect  # type: ignore[untyped-decorator]
-def _start_telemetry_without_pool_processes(sender: Any, **_: Any) -> None:
-    """`--pool solo` runs tasks in the main process: telemetry starts there instead."""
-    from worker.runtime.pool import forks_pool_processes
-
-    if telemetry.configured() and not forks_pool_processes(sender.pool_cls):
-        telemetry.start()
-
-
-@signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]
-def _close_service(pid: int | None = None, **_: Any) -> None:
-    app.close_service()
-    metrics.forget_process(pid or os.getpid())
-    _stop_telemetry()
-
-
-def _stop_telemetry() -> None:
-    exporting = telemetry.active()
-    if exporting is not None:
-        exporting.shutdown()
-
-
-@signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
-def _remove_metrics_dir(**_: Any) -> None:
-    metrics.cleanup()
-    _stop_telemetry()
-
-
-app = _app_from_environment()
+def create_app(settings: Settings) -> EvidenceApp:
+    """The app for these settings; builds nothing else (no store, no service, no handlers)."""
+    return EvidenceApp(settings)

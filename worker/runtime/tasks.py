@@ -1,12 +1,13 @@
 """Thin Celery tasks: bind the task's context, hand the bodies to the service, return a summary.
 
-Acks and serialization are the app's (worker/runtime/celery_app.py). A store outage is waited out
-by the
-service's store (worker/stores/durable.py), within the task and with the message unacknowledged;
-when it lasts longer, the task hands the message back to the broker: never an ack without an
-outcome. Celery's own retry would publish a copy and ack the original, which loses the message
-when the broker is the Redis that is down. Any other error (a bug) hands the message back too,
-until its last delivery records it as rejected (`_failed`).
+`register_tasks(app)` makes them the app's tasks; the app calls it as it is finalized
+(worker/runtime/celery_app.py), so nothing here needs a built app. Acks and serialization are
+the app's. A store outage is waited out by the service's store (worker/stores/durable.py),
+within the task and with the message unacknowledged; when it lasts longer, the task hands the
+message back to the broker: never an ack without an outcome. Celery's own retry would publish a
+copy and ack the original, which loses the message when the broker is the Redis that is down.
+Any other error (a bug) hands the message back too, until its last delivery records it as
+rejected (`_failed`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from time import sleep
 from typing import Any
 
 import structlog
-from celery import Task
+from celery import Celery, Task
 from celery.exceptions import Reject
 
 from worker.constants import (
@@ -35,7 +36,6 @@ from worker.observability.logging import get_logger
 from worker.pipeline.intake import case_id_of
 from worker.pipeline.scoring import Delivery, Processed
 from worker.pipeline.service import Service, summary
-from worker.runtime.celery_app import app
 from worker.stores import AuditTrail
 from worker.stores.durable import impatient
 
@@ -177,13 +177,11 @@ def _count_delivery(store: AuditTrail, task_id: str) -> int:
         return 0
 
 
-@app.task(name=SCORE, **TASK_OPTIONS)  # type: ignore[untyped-decorator]
 def score(self: Task, message: Any) -> list[dict[str, Any]]:
     """Score one AttributionResult (a JSON object, or its JSON text)."""
     return _run(self, [message])
 
 
-@app.task(name=SCORE_BATCH, **TASK_OPTIONS)  # type: ignore[untyped-decorator]
 def score_batch(self: Task, messages: Any) -> list[dict[str, Any]]:
     """Score a list of AttributionResults; each keeps its own record and hit/conflict."""
     if not isinstance(messages, list):
@@ -192,12 +190,10 @@ def score_batch(self: Task, messages: Any) -> list[dict[str, Any]]:
     return _run(self, messages)
 
 
-@app.task(name=NOOP, bind=True)  # type: ignore[untyped-decorator]
 def noop(self: Task, message: Any) -> None:
     """Celery's own floor per message, the baseline `bench` measures against."""
 
 
-@app.task(name=CANARY, bind=True)  # type: ignore[untyped-decorator]
 def canary(self: Task, sample: int | None = 1000, seed: int = 0) -> dict[str, int]:
     """Re-score stored first outcomes (for Celery beat); each difference is an ERROR line."""
     from worker.audit.canary import run_canary
@@ -216,7 +212,6 @@ def canary(self: Task, sample: int | None = 1000, seed: int = 0) -> dict[str, in
     return counts
 
 
-@app.task(name=RECONCILE, bind=True)  # type: ignore[untyped-decorator]
 def reconcile(self: Task, older_than_seconds: int | None = None) -> dict[str, int]:
     """Count published messages never recorded (for Celery beat): a gauge, and a WARNING
     line naming some of them, while there are any; `evidence-worker reconcile` repairs."""
@@ -240,3 +235,12 @@ def reconcile(self: Task, older_than_seconds: int | None = None) -> dict[str, in
     else:
         get_logger().info("evidence_coverage.reconcile", unrecorded=0, older_than_seconds=seconds)
     return {"unrecorded": count}
+
+
+def register_tasks(app: Celery) -> None:
+    """Register the tasks on `app`, and on it alone (not shared with every app Celery makes)."""
+    app.task(name=SCORE, shared=False, **TASK_OPTIONS)(score)
+    app.task(name=SCORE_BATCH, shared=False, **TASK_OPTIONS)(score_batch)
+    app.task(name=NOOP, shared=False, bind=True)(noop)
+    app.task(name=CANARY, shared=False, bind=True)(canary)
+    app.task(name=RECONCILE, shared=False, bind=True)(reconcile)

@@ -112,7 +112,8 @@ def test_a_worker_that_cannot_make_the_dir_exits_2(
     """At worker_init, a directory that cannot be made stops the worker with one line."""
     from celery.concurrency.prefork import TaskPool
 
-    from worker.runtime.celery_app import _serve_metrics, create_app
+    from worker.runtime.celery_app import create_app
+    from worker.runtime.signals import serve_metrics
     from worker.settings import Settings
 
     (tmp_path / "a-file").write_text("")
@@ -122,7 +123,7 @@ def test_a_worker_that_cannot_make_the_dir_exits_2(
     sender = SimpleNamespace(app=create_app(Settings(metrics_port=PORT)), pool_cls=TaskPool)
 
     with pytest.raises(SystemExit) as exit_:
-        _serve_metrics(sender)
+        serve_metrics(sender)
 
     assert exit_.value.code == 2
     assert capsys.readouterr().err == (

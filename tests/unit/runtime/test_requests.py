@@ -78,9 +78,11 @@ def request_of() -> Any:
     """Factory: the worker's Request for a scoring task message with these headers."""
     from celery.contrib.testing.mocks import TaskMessage
 
-    import worker.runtime.tasks  # noqa: F401  registers the tasks
-    from worker.app import app
+    from worker.runtime.celery_app import create_app
     from worker.runtime.request import NamedByCase
+    from worker.settings import Settings
+
+    app = create_app(Settings())
 
     def build(args: list[Any], **headers: Any) -> NamedByCase:
         return NamedByCase(TaskMessage(SCORE, args=args, **headers), app=app)
