@@ -143,7 +143,8 @@ def amqp_config(transport_options: dict[str, Any]) -> dict[str, Any]:
     Celery (5.5+) turns off global QoS for a consumer of quorum queues, which RabbitMQ does
     not support for them (worker_detect_quorum_queues). ETA and countdown tasks would need a
     topic exchange for native delayed delivery; this app sends none. An existing classic
-    queue of the same name cannot become a quorum queue (PRECONDITION_FAILED; see README).
+    queue of the same name cannot become a quorum queue (PRECONDITION_FAILED; see
+    docs/operations.md).
     """
     return {
         # The worker's own queue, and any other queue a publisher names (create_missing):

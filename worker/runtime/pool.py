@@ -16,7 +16,7 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
     Celery's default (-Ofair since 4.0) writes a task only to an idle child, so each child
     waits for the main process between tasks: right for long tasks, which would otherwise
     queue behind a slow one, but short, uniform tasks like ours lose throughput to it (the
-    README's Performance section has the figures). The command line offers only `default` and `fair`
+    docs/performance.md has the figures). The command line offers only `default` and `fair`
     (both fair), so the pool sets it; an explicit `-O fair` is kept.
     """
 
