@@ -60,7 +60,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.report.aggregate import build_report, render_text
+    from worker.report.aggregate import build_report
+    from worker.report.text import render_text
 
     source = source_name(args.path)
     report = build_report(JsonLines(args.path), source=source, time_field=args.days_from)

@@ -1,6 +1,6 @@
 """`evidence-worker report`: aggregate record lines per contract version and policy group.
 
-Pure: lines in, a typed `Report` out; rendered as text here, as HTML in `report_html`. Versions
+Pure: lines in, a typed `Report` out; rendered as text in `text`, as HTML in `html`. Versions
 are never mixed in one aggregate; only valid rows enter means, min/max and histograms.
 
 Triage (SPEC §9) adds per group: rows per owner (all five), the most often missing claim IDs
@@ -33,7 +33,6 @@ from worker.report.alerts import (
     AlertHash,
     AlertLine,
     Located,
-    alert_hash_lines,
     alert_hashes,
     locate_alerts,
     place_alerts,
@@ -43,13 +42,11 @@ from worker.report.days import (
     DayReport,
     Span,
     TimeField,
-    days_text,
     per_day,
-    span_line,
     span_of,
     utc_day,
 )
-from worker.report.reasons import ReasonCount, reason_note, top_reasons
+from worker.report.reasons import ReasonCount, top_reasons
 
 REJECTED_LABEL = "(rejected before scoring)"
 NO_GROUP_LABEL = "(no group)"
@@ -490,150 +487,3 @@ def histogram(values: Iterable[float | None]) -> list[int]:
         if value is not None:
             counts[min(int(value * BINS), BINS - 1)] += 1
     return counts
-
-
-def group_label(group: str | None) -> str:
-    return NO_GROUP_LABEL if group is None else group
-
-
-def policy_label(version: str | None) -> str:
-    return REPORT_ONLY_LABEL if version is None else version
-
-
-def threshold_label(threshold: float) -> str:
-    """'threshold 0.85': the digits the policy gave (shortest repr), 1 as '1.0'."""
-    return f"threshold {threshold!r}"
-
-
-COLUMNS: tuple[str, ...] = ("group", "rows", "pass", "fail", "scored", "invalid", "valid")
-COLUMNS += ("mean", "min", "max", "miss", "hit", "conflict", "policy")
-
-
-def group_row(group: GroupReport) -> list[str]:
-    """One group as table cells under COLUMNS (shared by the text and HTML renderings)."""
-    counts = [group.records, *(group.statuses[s] for s in ("pass", "fail", "scored", "invalid"))]
-    stats = group.valid
-    return [
-        group_label(group.policy_group),
-        *(str(count) for count in [*counts, stats.count]),
-        *("-" if n is None else f"{n:.4f}" for n in (stats.mean, stats.min, stats.max)),
-        *(str(group.cache[outcome]) for outcome in CACHE_OUTCOMES),
-        ", ".join(policy_label(p.policy_version) for p in group.policy_versions),
-    ]
-
-
-def _alerts_clause(kind: str, total: int, unmatched: int) -> str:
-    return f"{kind} alerts {total}" + (
-        f" ({unmatched} with no record in this file)" if unmatched else ""
-    )
-
-
-def headline(report: Report) -> str:
-    """What was read: records, skipped lines by event, unreadable lines, alerts of both kinds."""
-    skipped = ", ".join(f"{event} {n}" for event, n in report.skipped.items())
-    return "; ".join(
-        [
-            f"{report.source}: records {report.records}",
-            f"skipped lines {sum(report.skipped.values())}" + (f" ({skipped})" if skipped else ""),
-            f"unreadable lines {report.unreadable}",
-            _alerts_clause(
-                "nondeterminism",
-                report.nondeterminism_alerts,
-                report.unmatched_nondeterminism_alerts,
-            ),
-            _alerts_clause(
-                "contract drift",
-                report.contract_drift_alerts,
-                report.unmatched_contract_drift_alerts,
-            ),
-        ]
-    )
-
-
-def version_line(version: VersionReport) -> str:
-    """'contract version X: records n; nondeterminism alerts a; contract drift alerts d'."""
-    return (
-        f"contract version {version.label}: records {version.records}; "
-        f"nondeterminism alerts {version.nondeterminism_alerts}; "
-        f"contract drift alerts {version.contract_drift_alerts}"
-    )
-
-
-def policy_warning(group: GroupReport) -> str | None:
-    """Said out loud: a group decided under several policy versions is not one population."""
-    if not group.mixed_policy_versions:
-        return None
-    seen = ", ".join(f"{policy_label(p.policy_version)} ({p.count})" for p in group.policy_versions)
-    return f"WARNING: {len(group.policy_versions)} policy versions in one group: {seen}"
-
-
-def sparse_warning(group: GroupReport) -> str | None:
-    """When every valid row has at most two required claims, a threshold on coverage is a
-    coarse rule: say so, and point at the missing IDs."""
-    return f"WARNING: {SPARSE_WARNING}" if group.sparse_coverage else None
-
-
-def owners_note(group: GroupReport) -> str:
-    """All five owners with their counts, then the rows routed to nobody."""
-    owners = ", ".join(f"{owner} {count}" for owner, count in group.owners.items())
-    return f"owners: {owners}; no owner {group.no_owner}"
-
-
-def finding_label(claim: MissingClaim) -> str:
-    """'not_cited (2 of 3 rows)': the dominant finding, and how dominant it is."""
-    if claim.finding is None:
-        return "no finding recorded"
-    return f"{claim.finding} ({claim.finding_count} of {claim.rows} rows)"
-
-
-def triage_note(group: GroupReport) -> str | None:
-    """Rows that cannot say what is missing (written before triage), when there are any."""
-    if not group.rows_without_triage:
-        return None
-    return (
-        f"missing claims not recorded on {group.rows_without_triage} valid rows "
-        "(written before triage)"
-    )
-
-
-def group_notes(group: GroupReport) -> list[str]:
-    """Warnings, owners, missing claims, alerts and the top invalid reasons of a group."""
-    notes = [w for w in (policy_warning(group), sparse_warning(group)) if w is not None]
-    notes.append(owners_note(group))
-    notes += [
-        f"missing x{claim.rows}: {claim.claim_id} (dominant finding: {finding_label(claim)})"
-        for claim in group.missing_claims
-    ]
-    if (note := triage_note(group)) is not None:
-        notes.append(note)
-    if group.thresholds:
-        notes.append(", ".join(threshold_label(t) for t in group.thresholds))
-    if group.contract_version is not None:  # rejected lines carry no hash an alert could name
-        notes.append(
-            f"alerts: nondeterminism {group.nondeterminism_alerts}, "
-            f"contract drift {group.contract_drift_alerts}"
-        )
-    return notes + [reason_note(r) for r in group.invalid.top_reasons]
-
-
-def render_text(report: Report) -> str:
-    """The human-readable report: one table per contract version, then notes per group."""
-    out = [f"report: {headline(report)}"]
-    if (days := span_line(report.span)) is not None:
-        out.append(days)
-    out += [f"unreadable line {u.line}: {u.error}" for u in report.unreadable_lines]
-    if (hidden := report.unreadable - len(report.unreadable_lines)) > 0:
-        out.append(f"unreadable lines not shown: {hidden}")
-    for version in report.contract_versions:
-        out += ["", version_line(version)]
-        rows = [list(COLUMNS), *(group_row(group) for group in version.groups)]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-        out += [
-            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-        ]
-        for group in version.groups:
-            out += [f"  {group_label(group.policy_group)}: {note}" for note in group_notes(group)]
-        out += days_text(version.days, version.undated, report.span.field)
-    if report.alert_hashes:
-        out += ["", *alert_hash_lines(report.alert_hashes, report.alert_hashes_not_shown)]
-    return "\n".join(out)

@@ -7,13 +7,20 @@ from html import escape
 from contracts.records import iso_utc
 from worker.report.aggregate import (
     BINS,
-    COLUMNS,
     OWNERS,
     REJECTED_LABEL,
     TOP_MISSING_CLAIMS,
     GroupReport,
     Report,
     VersionReport,
+)
+from worker.report.alerts import inspect_commands
+from worker.report.days import span_line
+from worker.report.days_html import STYLE as DAYS_STYLE
+from worker.report.days_html import days_section
+from worker.report.html_table import table, td
+from worker.report.text import (
+    COLUMNS,
     finding_label,
     group_label,
     group_row,
@@ -23,11 +30,6 @@ from worker.report.aggregate import (
     threshold_label,
     triage_note,
 )
-from worker.report.alerts import inspect_commands
-from worker.report.days import span_line
-from worker.report.days_html import STYLE as DAYS_STYLE
-from worker.report.days_html import days_section
-from worker.report.html_table import table, td
 
 CHART_WIDTH = 440
 PLOT_LEFT, PLOT_HEIGHT, BAR_WIDTH = 30, 160, 40

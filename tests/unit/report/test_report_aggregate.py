@@ -19,7 +19,7 @@ from tests.unit.report.factories import (
     report_of,
     version,
 )
-from worker.report.aggregate import render_text
+from worker.report.text import render_text
 
 
 def test_mean_min_max_are_exact_over_valid_rows() -> None:

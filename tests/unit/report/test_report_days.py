@@ -27,9 +27,10 @@ from tests.unit.report.factories import (
     version,
 )
 from worker.cli import main
-from worker.report.aggregate import Report, build_report, render_text
+from worker.report.aggregate import Report, build_report
 from worker.report.alerts import AlertHash
 from worker.report.html import render_html
+from worker.report.text import render_text
 
 D1, D2, D3 = "2026-12-01", "2026-12-02", "2026-12-03"
 

@@ -23,7 +23,8 @@ from tests.unit.report.factories import (
     report_of,
     version,
 )
-from worker.report.aggregate import build_report, render_text
+from worker.report.aggregate import build_report
+from worker.report.text import render_text
 
 
 def test_every_owner_is_listed_per_group_with_zeros_and_no_owner_apart() -> None:
