@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.integration.redis_cluster import Cluster, running_cluster
+
 REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
@@ -40,3 +42,24 @@ def key_prefix(redis_client: redis.Redis) -> Iterator[str]:
     keys = list(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         redis_client.delete(*keys)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """A Redis Cluster of the session's own (3 masters, 3 replicas, free ports), started by the
+    first test that asks for it."""
+    with running_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_prefix(redis_cluster: Cluster) -> Iterator[str]:
+    """A fresh key prefix on the test cluster; its keys are deleted afterwards."""
+    prefix = f"test-{uuid.uuid4().hex[:10]}"
+    yield prefix
+    for node in redis_cluster.masters():
+        client = redis.Redis(port=node.port)
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for key in keys:
+            client.delete(key)
+        client.close()

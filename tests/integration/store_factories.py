@@ -22,6 +22,7 @@ from tests.factories import TWO_THIRDS_REASON
 from worker.stores import ResultStore
 from worker.stores.keys import attempts_key, outcome_key
 from worker.stores.redis import RedisStore
+from worker.stores.redis_cluster import RedisClusterStore
 from worker.stores.sqlite import SQLiteStore
 
 HASH = "a" * 64
@@ -61,6 +62,10 @@ def build_store(
     if kind == "fakeredis":
         client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         return RedisStore(client, prefix="test-fake", **options)
+    if kind == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        prefix = request.getfixturevalue("cluster_prefix")
+        return RedisClusterStore.from_url(cluster.url, prefix=prefix, **options)
     redis_url = request.getfixturevalue("redis_url")
     key_prefix = request.getfixturevalue("key_prefix")
     return RedisStore.from_url(redis_url, prefix=key_prefix, **options)
@@ -83,7 +88,7 @@ def store_factory(
         store.close()
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """Every store kind in turn, built with keyword options (max_attempts_per_hash, ttl...)."""
     with store_factory(request.param, request, tmp_path) as make:

@@ -22,7 +22,7 @@ from worker.stores.redis import RedisStore
 HOUR = timedelta(hours=1)
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ResultStore]:
     with store_factory(request.param, request, tmp_path) as make:
         yield make()

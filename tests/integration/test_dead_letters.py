@@ -28,7 +28,7 @@ OLD_LETTER = {
 }
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """Every store kind in turn, built with keyword options."""
     with store_factory(request.param, request, tmp_path) as make:
@@ -89,7 +89,8 @@ def write_old_letter(store: ResultStore) -> None:
     """Store OLD_LETTER as the stores wrote letters before the bound: no digest, no size."""
     text = json.dumps(OLD_LETTER)
     if isinstance(store, RedisStore):
-        store.client.xadd(dead_letters_key(store.prefix), {"letter": text})
+        # the stream the new letter (task-1's) goes to, on a Redis Cluster too
+        store.client.xadd(store.keys.dead_letters_of("task-1"), {"letter": text})
     else:
         assert isinstance(store, SQLiteStore)
         store._db.execute("INSERT INTO dead_letters (letter) VALUES (?)", (text,))

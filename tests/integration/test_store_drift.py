@@ -43,13 +43,13 @@ def judged(n: int, required: list[str], **fields: Any) -> Attempt:
     return factories.attempt(**values)
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
 def drift_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ResultStore]:
     with store_factory(request.param, request, tmp_path) as make:
         yield make()
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
 def make_drift_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     with store_factory(request.param, request, tmp_path) as make:
         yield make
@@ -209,7 +209,7 @@ def test_drift_starts_over_when_the_kept_set_expires(make_drift_store: StoreFact
     store = make_drift_store(ttl_seconds=60)
     store.record("a" * 64, judged(1, THREE), now=FIXED_NOW)
     if isinstance(store, RedisStore):  # Redis expires keys itself: expire them now
-        for key in store.client.scan_iter(match=f"{store.prefix}:contract:*"):
+        for key in store.client.scan_iter(match=f"{store.prefix}:*contract:*"):
             store.client.delete(key)
         recorded = store.record("b" * 64, judged(2, FIVE), now=FIXED_NOW)
     else:

@@ -18,7 +18,7 @@ from tests.factories import ONE_THIRD_REASON
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, attempt
 from worker.stores import History, ResultStore
-from worker.stores.keys import attempts_key, outcome_key
+from worker.stores.keys import outcome_key
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore
 
@@ -38,7 +38,7 @@ def stored_entries(store: ResultStore, input_hash: str) -> list[str]:
             ).fetchall()
         return [text for (text,) in rows]
     assert isinstance(store, RedisStore)
-    entries = store.client.lrange(attempts_key(store.prefix, input_hash), 0, -1)
+    entries = store.client.lrange(store.keys.attempts(input_hash), 0, -1)
     assert isinstance(entries, list)
     return [entry.decode() if isinstance(entry, bytes) else entry for entry in entries]
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from worker.errors import ConfigurationError
 from worker.stores.base import (
@@ -60,21 +61,26 @@ def open_store(url: str, settings: Settings) -> ResultStore:
         from worker.settings import redis_db
         from worker.stores.redis import RedisStore
 
+        db = 0
         if not url.startswith("unix://"):
             try:
-                redis_db(url)
+                db = redis_db(url)
             except ValueError as error:
                 raise ConfigurationError(f"store URL {error}") from None
         # rediss://: the TLS settings, the certificate always checked.
-        return RedisStore.from_url(
-            url,
-            client_options=settings.redis_tls_options() if url.startswith("rediss://") else None,
-            prefix=settings.key_prefix,
-            max_attempts_per_hash=settings.max_attempts_per_hash,
-            ttl_seconds=settings.result_ttl_seconds,
-            dead_letter_max_bytes=settings.dead_letter_max_bytes,
-            ledger_ttl_seconds=settings.ledger_ttl_seconds,
-        )
+        client_options = settings.redis_tls_options() if url.startswith("rediss://") else None
+        options: dict[str, Any] = {
+            "prefix": settings.key_prefix,
+            "max_attempts_per_hash": settings.max_attempts_per_hash,
+            "ttl_seconds": settings.result_ttl_seconds,
+            "dead_letter_max_bytes": settings.dead_letter_max_bytes,
+            "ledger_ttl_seconds": settings.ledger_ttl_seconds,
+        }
+        if not url.startswith("unix://") and _is_cluster(url, db, client_options):
+            from worker.stores.redis_cluster import RedisClusterStore
+
+            return RedisClusterStore.from_url(url, client_options=client_options, **options)
+        return RedisStore.from_url(url, client_options=client_options, **options)
     scheme, separator, _ = url.partition(":")
     if scheme == "sqlite":
         raise ConfigurationError(
@@ -90,6 +96,38 @@ def open_store(url: str, settings: Settings) -> ResultStore:
         f"unknown store scheme {scheme!r} in store URL (EVIDENCE_STORE_URL or --store): "
         f"{STORE_URL_HINT}"
     )
+
+
+def _is_cluster(url: str, db: int, client_options: Mapping[str, Any] | None) -> bool:
+    """Whether the server at `url` is a node of a Redis Cluster (asked once, as the store
+    opens). A server that does not answer now is taken for a single Redis, whose store waits
+    for it as for any outage; a cluster the store could not use is a ConfigurationError."""
+    import redis
+
+    from worker.settings import masked_url
+    from worker.stores.redis_cluster import cluster_masters
+
+    probe = redis.Redis.from_url(
+        url, socket_timeout=5, socket_connect_timeout=5, **(client_options or {})
+    )
+    probe.connection_pool.connection_kwargs["db"] = 0  # a cluster node refuses SELECT
+    try:
+        masters = cluster_masters(probe, masked_url(url))
+    except redis.AuthenticationError as error:
+        raise ConfigurationError(
+            f"store {masked_url(url)}: Redis refused the login: {error}"
+        ) from None
+    except redis.RedisError:
+        return False
+    finally:
+        probe.close()
+    if masters is not None and db != 0:
+        raise ConfigurationError(
+            f"store URL {masked_url(url)} names database {db}, but a Redis Cluster has "
+            "database 0 only: drop the /N from the URL (or use /0) and choose the keys "
+            "with EVIDENCE_KEY_PREFIX"
+        )
+    return masters is not None
 
 
 def _check_sqlite_path(path: Path) -> None:

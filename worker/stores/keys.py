@@ -1,6 +1,14 @@
-"""Every Redis key name in one place. Per-hash keys share a hash tag, so a hash's outcome and
-attempts would sit in one Redis Cluster slot; the store's batch script touches many hashes at
-once, though, so it runs on one Redis. The alert and dead-letter streams are global."""
+"""Every Redis key name in one place, in two layouts.
+
+On one Redis (KeyLayout, the names every earlier version wrote) the alert, dead-letter and
+ledger keys are global and a hash's keys carry the hash as their tag. On a Redis Cluster
+(ClusterKeyLayout) a Lua script may only touch keys of one slot, so every key belongs to one of
+SHARDS shards, named by a hash tag of its own: a hash's outcome, attempts and case index entry
+and the alert stream its conflicts go to share the hash's shard; a (contract version, case ID)
+pair's first required set, its drift alerts and its write memos share the pair's; a task's
+ledger entries and dead letters share the task's. Shards spread evenly over the masters (a
+shard is a slot, the unit resharding moves), and the readers merge the shards' streams in time
+order."""
 
 from __future__ import annotations
 
@@ -93,3 +101,124 @@ def ledger_task_key(prefix: str, task_id: str) -> str:
     LedgerEntry JSON; expires after EVIDENCE_LEDGER_TTL_SECONDS. Redis deletes it when its
     last entry is closed."""
     return f"{prefix}:ledger:task:{task_id}"
+
+
+# Shards on a Redis Cluster: each is one slot, so at most this many masters share the work.
+# Never change it for an existing store: keys are found by their shard.
+SHARDS = 256
+
+
+def shard_of(text: str) -> str:
+    """The shard a key belongs to, as its hash tag's text: the first two hex digits of the
+    SHA-256 of `text` (an input hash, a task ID)."""
+    return _digest(text)[:2]
+
+
+class KeyLayout:
+    """The names on one Redis: the module's functions, as every earlier version wrote them."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def outcome(self, input_hash: str) -> str:
+        return outcome_key(self.prefix, input_hash)
+
+    def attempts(self, input_hash: str) -> str:
+        return attempts_key(self.prefix, input_hash)
+
+    def outcome_pattern(self) -> str:
+        return outcome_key(self.prefix, "*")
+
+    def hash_from_outcome(self, key: str) -> str:
+        return hash_from_outcome_key(self.prefix, key)
+
+    def contract(self, contract_version: str | None, case_id: str | None) -> str:
+        return contract_key(self.prefix, contract_version, case_id)
+
+    def case(self, case_id: str) -> str:
+        return case_key(self.prefix, case_id)
+
+    def alert_streams(self) -> list[str]:
+        return [alerts_key(self.prefix)]
+
+    def dead_letter_streams(self) -> list[str]:
+        return [dead_letters_key(self.prefix)]
+
+    def dead_letters_of(self, task_id: str | None) -> str:
+        return dead_letters_key(self.prefix)
+
+    def ledgers(self) -> list[str]:
+        return [ledger_key(self.prefix)]
+
+    def ledger_of(self, task_id: str) -> str:
+        return ledger_key(self.prefix)
+
+    def ledger_task(self, task_id: str) -> str:
+        return ledger_task_key(self.prefix, task_id)
+
+    def deliveries(self, task_id: str) -> str:
+        return deliveries_key(self.prefix, task_id)
+
+
+class ClusterKeyLayout(KeyLayout):
+    """The names on a Redis Cluster: `<prefix>:{<shard>}:...`, the shard as the hash tag.
+
+    A per-hash key keeps the hash in braces after the tag (Redis hashes only the first
+    `{...}`), so RECORD_LUA reads the hash out of an outcome key in both layouts."""
+
+    def _in(self, shard: str) -> str:
+        return f"{self.prefix}:{{{shard}}}"
+
+    def outcome(self, input_hash: str) -> str:
+        return f"{self._in(shard_of(input_hash))}:{{{input_hash}}}:outcome"
+
+    def attempts(self, input_hash: str) -> str:
+        return f"{self._in(shard_of(input_hash))}:{{{input_hash}}}:attempts"
+
+    def outcome_pattern(self) -> str:
+        return f"{self.prefix}:{{*}}:{{*}}:outcome"
+
+    def hash_from_outcome(self, key: str) -> str:
+        return key.rsplit("{", 1)[1].removesuffix("}:outcome")
+
+    def contract(self, contract_version: str | None, case_id: str | None) -> str:
+        digest = contract_key("", contract_version, case_id).rsplit(":", 1)[1]
+        return f"{self._in(digest[:2])}:contract:{digest}"
+
+    def drift_memo(self, contract: str, write_id: str) -> str:
+        """STRING: what the drift check found for one write id (RedisClusterStore), in the
+        contract key's shard, kept a day: a worker that dies between the drift check and the
+        record replays the same verdict."""
+        return f"{contract}:w:{write_id}"
+
+    def case(self, case_id: str) -> str:
+        digest = _digest(_json(case_id))
+        return f"{self._in(digest[:2])}:case:{digest}"
+
+    def alerts_in(self, key: str) -> str:
+        """The alert stream in the shard of `key` (an outcome or contract key)."""
+        return f"{key.split('}', 1)[0]}}}:alerts"
+
+    def alert_streams(self) -> list[str]:
+        return [f"{self._in(shard)}:alerts" for shard in _SHARD_NAMES]
+
+    def dead_letter_streams(self) -> list[str]:
+        return [f"{self._in(shard)}:dead-letters" for shard in _SHARD_NAMES]
+
+    def dead_letters_of(self, task_id: str | None) -> str:
+        return f"{self._in(shard_of(task_id or ''))}:dead-letters"
+
+    def ledgers(self) -> list[str]:
+        return [f"{self._in(shard)}:ledger" for shard in _SHARD_NAMES]
+
+    def ledger_of(self, task_id: str) -> str:
+        return f"{self._in(shard_of(task_id))}:ledger"
+
+    def ledger_task(self, task_id: str) -> str:
+        return f"{self._in(shard_of(task_id))}:ledger:task:{task_id}"
+
+    def deliveries(self, task_id: str) -> str:
+        return f"{self._in(shard_of(task_id))}:deliveries:{task_id}"
+
+
+_SHARD_NAMES = [f"{shard:02x}" for shard in range(SHARDS)]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import redis
 from pydantic_core import to_json
@@ -27,18 +28,7 @@ from worker.stores.base import (
     newest_since,
     recorded_ms,
 )
-from worker.stores.keys import (
-    alerts_key,
-    attempts_key,
-    case_key,
-    contract_key,
-    dead_letters_key,
-    deliveries_key,
-    hash_from_outcome_key,
-    ledger_key,
-    ledger_task_key,
-    outcome_key,
-)
+from worker.stores.keys import KeyLayout
 from worker.stores.ledger import task_and_position
 from worker.stores.redis_ledger import RedisLedger
 
@@ -49,16 +39,77 @@ SCAN_BATCH = 500
 ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in time
 CASE_PAGE = 500  # a case index's members per ZREVRANGE (hashes_for_case)
 
+# The two steps a Redis Cluster's store runs apart from RECORD_LUA (their keys are in other
+# slots), written once for both: each expects the locals `ttl`, `alerts_key`, `max_alerts` and
+# `raised_at` of the script it is part of.
+INDEX_FUNCTION = """
+-- Index the hash under its case at `ms` (see above); `since`: the outcome's, 0 when unknown.
+local function index(case_key, input_hash, ms, since)
+  local kept = tonumber(redis.call('ZSCORE', case_key, input_hash))
+  if kept and kept >= since then return end
+  redis.call('ZADD', case_key, ms, input_hash)
+  if ttl > 0 then
+    redis.call('ZREMRANGEBYSCORE', case_key, '-inf', '(' .. (ms - ttl * 1000))
+    redis.call('EXPIRE', case_key, ttl)
+  end
+end
+"""
+DRIFT_FUNCTION = """
+-- An alert onto the stream; `order` ('' on one Redis, whose one stream keeps arrival order)
+-- orders the alerts of a Redis Cluster's streams: see RedisClusterStore.
+local function append(alert, order, step)
+  if order == '' then
+    redis.call('XADD', alerts_key, 'MAXLEN', '~', max_alerts, '*', 'alert', alert)
+  else
+    redis.call('XADD', alerts_key, 'MAXLEN', '~', max_alerts, '*', 'alert', alert, 'n',
+      order .. step)
+  end
+end
+
+-- '' when the attempt keeps its required set's first, '1' for a drift alerted before, or the
+-- alert JSON of a drift seen now (written to the stream here).
+local function drift(contract_key, required, input_hash, case_id, task_id, contract_version,
+    order)
+  if required == '' then return '' end
+  local first = redis.call('HMGET', contract_key, 'required', 'input_hash', 'task_id')
+  if not first[1] then
+    redis.call('HSET', contract_key, 'required', required, 'input_hash', input_hash,
+      'task_id', task_id)
+    if ttl > 0 then redis.call('EXPIRE', contract_key, ttl) end
+    return ''
+  end
+  if first[1] == required then return '' end
+  local seen = 'drift:' .. required
+  if redis.call('HEXISTS', contract_key, seen) == 1 then return '1' end
+  local alert = '{"kind":"contract_drift","case_id":' .. case_id .. ',"contract_version":'
+    .. contract_version .. ',"first_required_claim_ids":' .. first[1]
+    .. ',"required_claim_ids":' .. required .. ',"first_input_hash":"' .. first[2]
+    .. '","input_hash":"' .. input_hash .. '","first_task_id":' .. first[3]
+    .. ',"task_id":' .. task_id .. ',"raised_at":' .. raised_at .. '}'
+  redis.call('HSET', contract_key, seen, alert)
+  append(alert, order, '0')
+  return alert
+end
+
+"""
+
 # KEYS: the alert stream, the publish ledger, then the outcome hash, attempts list, ledger task
 # hash, contract hash (keys.contract_key) and case index (keys.case_key) of each attempt in turn.
 # ARGV: attempt bound, ttl (0: none), alert stream bound, the time as JSON (an alert's
-# raised_at), the drifted tail (attempts.DRIFTED_TAIL), then per attempt its script_args()
-# (case ID, task ID and time as JSON values, outcome_json(), outcome_members(), shared_head(),
-# drift_tail(), contract version as JSON, required_set_json()), its write id ('' for none) and
-# its recorded_at in milliseconds (base.recorded_ms()).
+# raised_at), the drifted tail (attempts.DRIFTED_TAIL), steps ('1': this call also checks
+# contract drift, indexes cases and closes ledger entries, as on one Redis; '': a Redis
+# Cluster's store did or does those in steps of their own, in other slots), then per attempt its
+# script_args() (case ID, task ID and time as JSON values, outcome_json(), outcome_members(),
+# shared_head(), drift_tail(), contract version as JSON, required_set_json()), its write id
+# ('' for none), its recorded_at in milliseconds (base.recorded_ms()), without steps what
+# the drift check found (DRIFT_LUA's reply; '' with steps) and the alert order ('' on one
+# Redis; see RedisClusterStore). Without steps, the ledger, task,
+# contract and case keys are only there to keep five keys per attempt (the caller passes keys
+# of the attempt's slot) and are not touched.
 # Returns, per attempt, {cache, first attempt JSON ('' on a miss), replayed ('' or '1'),
 # alert ('', 'new' for a conflict alerted now, or a replayed write's alert JSON), drift ('':
-# none, '1': drift seen before, or the drift alert's JSON when this write raised it)}.
+# none, '1': drift seen before, or the drift alert's JSON when this write raised it), since
+# (the outcome's, for the case index)}.
 # A write id found in the hash is a replay: what that earlier write found, nothing written.
 # Comparing the outcome strings inside the script is what makes "first writer wins" atomic;
 # attempts are recorded in order, so two with one hash in a batch behave as if sent one after
@@ -84,10 +135,12 @@ CASE_PAGE = 500  # a case index's members per ZREVRANGE (hashes_for_case)
 # A write id closes its publish ledger entry (keys.ledger_key) after the attempt's writes,
 # replayed or not: deleting is allowed at maxmemory, so it must not come before a write that
 # could fail, or a message not yet recorded would lose its entry.
-RECORD_LUA = """
+RECORD_LUA = (
+    """
 local bound, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local generation_size = math.max(bound, 1)
 local max_alerts, raised_at, drifted_tail = ARGV[3], ARGV[4], ARGV[5]
+local steps = ARGV[6] == '1'
 local alerts_key, ledger_key = KEYS[1], KEYS[2]
 local replies = {}
 
@@ -112,50 +165,20 @@ local function close(task_key, write)
   if position then redis.call('HDEL', task_key, position) end
 end
 
--- '' when the attempt keeps its required set's first, '1' for a drift alerted before, or the
--- alert JSON of a drift seen now (written to the stream here).
-local function drift(contract_key, required, input_hash, case_id, task_id, contract_version)
-  if required == '' then return '' end
-  local first = redis.call('HMGET', contract_key, 'required', 'input_hash', 'task_id')
-  if not first[1] then
-    redis.call('HSET', contract_key, 'required', required, 'input_hash', input_hash,
-      'task_id', task_id)
-    if ttl > 0 then redis.call('EXPIRE', contract_key, ttl) end
-    return ''
-  end
-  if first[1] == required then return '' end
-  local seen = 'drift:' .. required
-  if redis.call('HEXISTS', contract_key, seen) == 1 then return '1' end
-  local alert = '{"kind":"contract_drift","case_id":' .. case_id .. ',"contract_version":'
-    .. contract_version .. ',"first_required_claim_ids":' .. first[1]
-    .. ',"required_claim_ids":' .. required .. ',"first_input_hash":"' .. first[2]
-    .. '","input_hash":"' .. input_hash .. '","first_task_id":' .. first[3]
-    .. ',"task_id":' .. task_id .. ',"raised_at":' .. raised_at .. '}'
-  redis.call('HSET', contract_key, seen, alert)
-  redis.call('XADD', alerts_key, 'MAXLEN', '~', max_alerts, '*', 'alert', alert)
-  return alert
-end
-
--- Index the hash under its case at `ms` (see above); `since`: the outcome's, 0 when unknown.
-local function index(case_key, input_hash, ms, since)
-  local kept = tonumber(redis.call('ZSCORE', case_key, input_hash))
-  if kept and kept >= since then return end
-  redis.call('ZADD', case_key, ms, input_hash)
-  if ttl > 0 then
-    redis.call('ZREMRANGEBYSCORE', case_key, '-inf', '(' .. (ms - ttl * 1000))
-    redis.call('EXPIRE', case_key, ttl)
-  end
-end
-
+"""
+    + INDEX_FUNCTION
+    + DRIFT_FUNCTION
+    + """
 for i = 1, (#KEYS - 2) / 5 do
   local base = 2 + 5 * (i - 1)
   local outcome_key, attempts_key = KEYS[base + 1], KEYS[base + 2]
   local task_key, contract_key, case_key = KEYS[base + 3], KEYS[base + 4], KEYS[base + 5]
-  local at = 5 + 11 * (i - 1)
+  local at = 6 + 13 * (i - 1)
   local case_id, task_id, recorded_at = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local outcome, outcome_members, head = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
   local tail, contract_version, required = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9]
-  local write, ms = ARGV[at + 10], tonumber(ARGV[at + 11])
+  local write, ms, given = ARGV[at + 10], tonumber(ARGV[at + 11]), ARGV[at + 12]
+  local order = ARGV[at + 13]
   local input_hash = string.match(outcome_key, '{([^{}]*)}:outcome$')
   local stored = redis.call('HMGET', outcome_key, 'outcome', 'shared', 'first', 'total',
     'w0:' .. write, 'w1:' .. write, 'w0:' .. write .. '#d', 'w1:' .. write .. '#d', 'since')
@@ -164,13 +187,16 @@ for i = 1, (#KEYS - 2) / 5 do
   if found then
     local drifted = stored[7] or stored[8] or ''
     if found == 'miss' or found == 'hit' or found == 'conflict' then
-      replies[i] = {found, stored[3], '1', '', drifted}
+      replies[i] = {found, stored[3], '1', '', drifted, since}
     else
-      replies[i] = {'conflict', stored[3], '1', found, drifted}
+      replies[i] = {'conflict', stored[3], '1', found, drifted, since}
     end
   else
-    local drifted = drift(contract_key, required, input_hash, case_id, task_id,
-      contract_version)
+    local drifted = given
+    if steps then
+      drifted = drift(contract_key, required, input_hash, case_id, task_id, contract_version,
+        order)
+    end
     local shared = head .. tail
     if drifted ~= '' then shared = head .. drifted_tail end
     local entry = '[' .. case_id .. ',' .. task_id .. ',' .. recorded_at
@@ -193,7 +219,7 @@ for i = 1, (#KEYS - 2) / 5 do
           .. '","decision":"kept_first","first":' .. stored[3] .. ',"observed":'
           .. whole(case_id, task_id, recorded_at, outcome_members, shared)
           .. ',"raised_at":' .. raised_at .. '}'
-        redis.call('XADD', alerts_key, 'MAXLEN', '~', max_alerts, '*', 'alert', result)
+        append(result, order, '1')
         alerted = 'new'
       end
       if write == '' then
@@ -205,7 +231,7 @@ for i = 1, (#KEYS - 2) / 5 do
         redis.call('HSET', outcome_key, 'total', number, field, result)
         if drifted ~= '' then redis.call('HSET', outcome_key, field .. '#d', drifted) end
       end
-      replies[i] = {cache, stored[3], '', alerted, drifted}
+      replies[i] = {cache, stored[3], '', alerted, drifted, since}
     else
       local first = whole(case_id, task_id, recorded_at, outcome_members, shared)
       redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
@@ -217,25 +243,49 @@ for i = 1, (#KEYS - 2) / 5 do
       end
       -- a new first outcome (only possible after expiry) starts a new history
       redis.call('DEL', attempts_key)
-      replies[i] = {cache, '', '', '', drifted}
+      replies[i] = {cache, '', '', '', drifted, since}
     end
     redis.call('RPUSH', attempts_key, entry .. ']')
     redis.call('LTRIM', attempts_key, -bound, -1)
-    if case_id ~= 'null' then index(case_key, input_hash, ms, since) end
+    if steps and case_id ~= 'null' then index(case_key, input_hash, ms, since) end
     if cache == 'miss' and ttl > 0 then
       redis.call('EXPIRE', outcome_key, ttl)
       redis.call('EXPIRE', attempts_key, ttl)
     end
   end
-  if write ~= '' then close(task_key, write) end
+  if steps and write ~= '' then close(task_key, write) end
 end
 return replies
 """
+)
 # Attempts per script call: Redis runs one call at a time, so a huge batch is cut into calls
 # of a few milliseconds each (still one round trip), leaving room for other clients between.
 ATTEMPTS_PER_CALL = 200
 
 T = TypeVar("T")
+
+
+Stamped = TypeVar("Stamped", AnyAlert, DeadLetter)
+
+
+class Entry(NamedTuple):
+    """A stream entry, parsed: its ID, its `n` field (b"" where none) and the alert or letter."""
+
+    entry_id: bytes
+    order: bytes
+    parsed: AnyAlert | DeadLetter
+
+
+def newest_first_key(entry: Entry) -> tuple[datetime, bytes, int, int]:
+    """How entries of several streams (a Redis Cluster's shards) are ordered: no one clock
+    orders what different masters took, so by their own time (raised_at, received_at; one
+    without an offset is UTC), then by the order the writer gave them (RedisClusterStore), then
+    by entry ID (`<ms>-<sequence>`, the time the server took them)."""
+    parsed = entry.parsed
+    at = parsed.received_at if isinstance(parsed, DeadLetter) else parsed.raised_at
+    ms, _, sequence = entry.entry_id.partition(b"-")
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    return at, entry.order, int(ms), int(sequence or 0)
 
 
 class RedisStore(RecordOne, RedisLedger):
@@ -257,6 +307,7 @@ class RedisStore(RecordOne, RedisLedger):
         # How messages name the store: its URL without the password.
         self.name = name or f"redis database {client.connection_pool.connection_kwargs.get('db')}"
         self.prefix = prefix
+        self.keys: KeyLayout = KeyLayout(prefix)
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl_seconds = ttl_seconds or 0
         self.dead_letter_max_bytes = dead_letter_max_bytes
@@ -319,8 +370,10 @@ class RedisStore(RecordOne, RedisLedger):
             MAX_ALERTS,
             to_json(now).decode(),  # raised_at, as pydantic writes it in a whole Alert
             DRIFTED_TAIL,
+            "1",  # steps: drift, case index and ledger close in the same call
         ]
-        shared_keys = [alerts_key(self.prefix), ledger_key(self.prefix)]
+        keys_of = self.keys
+        shared_keys = [keys_of.alert_streams()[0], keys_of.ledgers()[0]]
         calls = []
         for start in range(0, len(items), ATTEMPTS_PER_CALL):
             end = start + ATTEMPTS_PER_CALL
@@ -330,15 +383,15 @@ class RedisStore(RecordOne, RedisLedger):
                 items[start:end], ids[start:end], strict=True
             ):
                 keys += (
-                    outcome_key(self.prefix, input_hash),
-                    attempts_key(self.prefix, input_hash),
-                    ledger_task_key(self.prefix, task_and_position(write_id or "")[0]),
-                    contract_key(self.prefix, attempt.contract_version, attempt.case_id),
+                    keys_of.outcome(input_hash),
+                    keys_of.attempts(input_hash),
+                    keys_of.ledger_task(task_and_position(write_id or "")[0]),
+                    keys_of.contract(attempt.contract_version, attempt.case_id),
                     # No case ID: a key the script does not touch (it is given one per attempt).
-                    case_key(self.prefix, attempt.case_id or ""),
+                    keys_of.case(attempt.case_id or ""),
                 )
                 args += script_args(attempt)
-                args += (write_id or "", recorded_ms(attempt))
+                args += (write_id or "", recorded_ms(attempt), "", "")
             calls.append((keys, args))
         replies = [
             reply for chunk in self._call(lambda: self._run_scripts(calls)) for reply in chunk
@@ -408,7 +461,7 @@ class RedisStore(RecordOne, RedisLedger):
         return Recorded(cache, first, alert, contract_drift=bool(drift), drift=drift_alert)
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
-        pattern = outcome_key(self.prefix, "*")
+        pattern = self.keys.outcome_pattern()
         keys = [
             key.decode() for key in self._call(lambda: list(self.client.scan_iter(pattern, 1000)))
         ]
@@ -424,7 +477,7 @@ class RedisStore(RecordOne, RedisLedger):
             for key, first in zip(chunk, self._call(fetch), strict=True):
                 if first is not None:  # expired between the scan and the read
                     yield (
-                        hash_from_outcome_key(self.prefix, key),
+                        self.keys.hash_from_outcome(key),
                         Attempt.model_validate_json(first),
                     )
 
@@ -432,9 +485,9 @@ class RedisStore(RecordOne, RedisLedger):
         def run() -> tuple[list[bytes | None], list[bytes], int]:
             pipe = self.client.pipeline(transaction=False)
             # Not HGETALL: the hash also holds the recent write ids.
-            pipe.hmget(outcome_key(self.prefix, input_hash), ["first", "total"])
-            pipe.lrange(attempts_key(self.prefix, input_hash), 0, -1)
-            pipe.pttl(outcome_key(self.prefix, input_hash))
+            pipe.hmget(self.keys.outcome(input_hash), ["first", "total"])
+            pipe.lrange(self.keys.attempts(input_hash), 0, -1)
+            pipe.pttl(self.keys.outcome(input_hash))
             fields, attempts, ttl_ms = pipe.execute()
             return fields, attempts, ttl_ms
 
@@ -456,7 +509,7 @@ class RedisStore(RecordOne, RedisLedger):
         """Read newest first a page at a time, each member checked against its outcome in one
         more round trip: gone (expired) or older than its `since` (indexed in a history that
         expired, the hash recorded again since by other cases only), it is left out."""
-        key = case_key(self.prefix, case_id)
+        key = self.keys.case(case_id)
         page = min(limit or CASE_PAGE, CASE_PAGE)
         found: list[str] = []
         start = 0
@@ -473,7 +526,7 @@ class RedisStore(RecordOne, RedisLedger):
             def check(members: list[tuple[bytes, float]] = members) -> list[Any]:
                 pipe = self.client.pipeline(transaction=False)
                 for member, _ in members:
-                    pipe.hmget(outcome_key(self.prefix, member.decode()), ["total", "since"])
+                    pipe.hmget(self.keys.outcome(member.decode()), ["total", "since"])
                 return pipe.execute()
 
             for (member, score), (total, since) in zip(members, self._call(check), strict=True):
@@ -484,48 +537,84 @@ class RedisStore(RecordOne, RedisLedger):
             start += page
         return found if limit is None else found[:limit]
 
-    def _newest(self, stream: str, field: bytes, limit: int) -> list[bytes]:
-        """The newest `limit` entries' `field`, oldest first."""
+    def _newest(
+        self,
+        streams: Sequence[str],
+        field: bytes,
+        limit: int,
+        parse: Callable[[bytes], Stamped],
+    ) -> list[Stamped]:
+        """The newest `limit` entries' `field`, parsed, oldest first. Entries of several streams
+        (a Redis Cluster's shards) are ordered by their own time, then by entry ID (the time
+        the server took them): no one clock orders the entries of different masters."""
         if limit <= 0:  # XREVRANGE rejects COUNT 0; the SQLite store returns nothing
             return []
-        entries = cast(
-            "list[tuple[bytes, dict[bytes, bytes]]]",
-            self._call(lambda: self.client.xrevrange(stream, count=limit)),
-        )
-        return [fields[field] for _, fields in reversed(entries)]
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                pipe.xrevrange(stream, count=limit)
+            return pipe.execute()
+
+        pages = cast("list[list[tuple[bytes, dict[bytes, bytes]]]]", self._call(read))
+        if len(pages) == 1:
+            return [parse(fields[field]) for _, fields in reversed(pages[0])]
+        entries = [
+            Entry(entry_id, fields.get(b"n", b""), parse(fields[field]))
+            for page in pages
+            for entry_id, fields in page
+        ]
+        entries.sort(key=newest_first_key, reverse=True)
+        return [cast("Stamped", entry.parsed) for entry in reversed(entries[:limit])]
 
     def alerts(
         self, limit: int = 100, *, since: datetime | None = None, kind: AlertKind | None = None
     ) -> list[AnyAlert]:
         if since is not None or kind is not None:
             return newest_since(self._alerts_back_to(since), since, limit, kind)
-        return [
-            parse_alert(text) for text in self._newest(alerts_key(self.prefix), b"alert", limit)
-        ]
+        return self._newest(self.keys.alert_streams(), b"alert", limit, parse_alert)
 
     def _alerts_back_to(self, since: datetime | None) -> Iterator[AnyAlert]:
-        """Alerts newest first, a page per round trip, down to the stream ID of `since` less
-        the clock margin (an ID's first part is the server's time in milliseconds)."""
+        """Alerts newest first, down to the entry ID of `since` less the clock margin (an ID's
+        first part is the server's time in milliseconds), several streams merged as _newest()
+        orders them."""
         floor_ms = (
             0 if since is None else max(int((since - ALERT_CLOCK_MARGIN).timestamp() * 1000), 0)
         )
+        streams = [self._stream_back_to(stream, floor_ms) for stream in self.keys.alert_streams()]
+        merged = (
+            streams[0]
+            if len(streams) == 1
+            else heapq.merge(*streams, key=newest_first_key, reverse=True)
+        )
+        for entry in merged:
+            yield cast("AnyAlert", entry.parsed)
+
+    def _stream_back_to(self, stream: str, floor_ms: int) -> Iterator[Entry]:
+        """One stream's alerts newest first, a page per round trip, down to `floor_ms`."""
         newest = "+"
         while True:
 
             def fetch(newest: str = newest) -> Any:
                 return self.client.xrevrange(
-                    alerts_key(self.prefix), max=newest, min=f"{floor_ms}-0", count=ALERT_PAGE
+                    stream, max=newest, min=f"{floor_ms}-0", count=ALERT_PAGE
                 )
 
             page = cast("list[tuple[bytes, dict[bytes, bytes]]]", self._call(fetch))
-            for _, fields in page:
-                yield parse_alert(fields[b"alert"])
+            for entry_id, fields in page:
+                yield Entry(entry_id, fields.get(b"n", b""), parse_alert(fields[b"alert"]))
             if len(page) < ALERT_PAGE:
                 return
             newest = f"({page[-1][0].decode()}"
 
     def alert_count(self) -> int:
-        return int(self._call(lambda: self.client.xlen(alerts_key(self.prefix))))
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in self.keys.alert_streams():
+                pipe.xlen(stream)
+            return pipe.execute()
+
+        return sum(int(count) for count in self._call(read))
 
     def dead_letter(self, *letters: DeadLetter) -> None:
         if not letters:
@@ -535,7 +624,7 @@ class RedisStore(RecordOne, RedisLedger):
             pipe = self.client.pipeline(transaction=False)
             for letter in letters:
                 pipe.xadd(
-                    dead_letters_key(self.prefix),
+                    self.keys.dead_letters_of(letter.task_id),
                     {"letter": letter.bounded(self.dead_letter_max_bytes).model_dump_json()},
                     maxlen=MAX_DEAD_LETTERS,
                     approximate=True,
@@ -546,13 +635,12 @@ class RedisStore(RecordOne, RedisLedger):
         self._call(run)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        return [
-            DeadLetter.model_validate_json(text)
-            for text in self._newest(dead_letters_key(self.prefix), b"letter", limit)
-        ]
+        return self._newest(
+            self.keys.dead_letter_streams(), b"letter", limit, DeadLetter.model_validate_json
+        )
 
     def count_delivery(self, task_id: str) -> int:
-        key = deliveries_key(self.prefix, task_id)
+        key = self.keys.deliveries(task_id)
 
         def run() -> int:
             pipe = self.client.pipeline(transaction=False)

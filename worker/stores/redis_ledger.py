@@ -3,6 +3,7 @@ publish time, and one hash of entries per task; RECORD_LUA closes an entry as it
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import redis
 
 from worker.stores.base import DeadLetter
-from worker.stores.keys import ledger_key, ledger_task_key
+from worker.stores.keys import KeyLayout
 from worker.stores.ledger import LedgerEntry, task_and_position
 
 T = TypeVar("T")
@@ -54,6 +55,7 @@ class RedisLedger:
 
     client: redis.Redis
     prefix: str
+    keys: KeyLayout
     ledger_ttl_seconds: int
 
     if TYPE_CHECKING:
@@ -64,10 +66,10 @@ class RedisLedger:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
         forget_before = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
-        keys = [ledger_key(self.prefix)]
+        keys = [self.keys.ledgers()[0]]
         args: list[Any] = [self.ledger_ttl_seconds, forget_before]
         for entry in entries:
-            keys.append(ledger_task_key(self.prefix, entry.task_id))
+            keys.append(self.keys.ledger_task(entry.task_id))
             args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
             args.append(entry.write_id)
         self._call(lambda: self.client.eval(NOTE_LUA, len(keys), *keys, *args))
@@ -77,8 +79,8 @@ class RedisLedger:
             pipe.eval(
                 CLOSE_LUA,
                 2,
-                ledger_key(self.prefix),
-                ledger_task_key(self.prefix, task_id),
+                self.keys.ledger_of(task_id),
+                self.keys.ledger_task(task_id),
                 task_id,
                 "" if position is None else position,
             )
@@ -99,18 +101,26 @@ class RedisLedger:
 
     def count_unrecorded(self, *, published_before: datetime) -> int:
         live_since = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
-        return int(
-            self._call(
-                lambda: self.client.zcount(
-                    ledger_key(self.prefix), live_since, f"({_ms(published_before)}"
-                )
-            )
-        )
+
+        def count() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for ledger in self.keys.ledgers():
+                pipe.zcount(ledger, live_since, f"({_ms(published_before)}")
+            return pipe.execute()
+
+        return sum(int(found) for found in self._call(count))
 
     def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
+        """Every ledger's entries (a Redis Cluster's store has one per shard) merged by publish
+        time."""
+        ledgers = [self._unrecorded_in(ledger, published_before) for ledger in self.keys.ledgers()]
+        if len(ledgers) == 1:
+            return ledgers[0]
+        return heapq.merge(*ledgers, key=lambda entry: entry.published_at)
+
+    def _unrecorded_in(self, ledger: str, published_before: datetime) -> Iterator[LedgerEntry]:
         """Pages by publish time (not by offset, which entries closed meanwhile would shift);
         an entry whose task hash has expired is forgotten on the way."""
-        ledger = ledger_key(self.prefix)
         low: str | float = "-inf"
         seen: set[bytes] = set()  # members yielded already whose score is `low`
         while True:
@@ -123,7 +133,7 @@ class RedisLedger:
 
             page = cast("list[tuple[bytes, float]]", self._call(read))
             fresh = [member.decode() for member, _ in page if member not in seen]
-            yield from self._entries(fresh)
+            yield from self._entries(ledger, fresh)
             if not fresh or len(page) < wanted:
                 return
             top = page[-1][1]
@@ -132,7 +142,7 @@ class RedisLedger:
             seen |= {member for member, score in page if score == top}
             low = top
 
-    def _entries(self, write_ids: list[str]) -> Iterator[LedgerEntry]:
+    def _entries(self, ledger: str, write_ids: list[str]) -> Iterator[LedgerEntry]:
         by_task: dict[str, list[str]] = defaultdict(list)
         for write_id in write_ids:
             task_id, position = task_and_position(write_id)
@@ -141,7 +151,7 @@ class RedisLedger:
         def read() -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
             for task_id, positions in by_task.items():
-                pipe.hmget(ledger_task_key(self.prefix, task_id), positions)
+                pipe.hmget(self.keys.ledger_task(task_id), positions)
             return pipe.execute()
 
         found: dict[str, LedgerEntry] = {}
@@ -154,12 +164,12 @@ class RedisLedger:
                     entry = LedgerEntry.model_validate_json(value)
                     found[entry.write_id] = entry
         if gone:  # closed since the page was read, or expired: forget the expired ones
-            still = self._call(lambda: self.client.zmscore(ledger_key(self.prefix), gone))
+            still = self._call(lambda: self.client.zmscore(ledger, gone))
             expired = [
                 write_id for write_id, score in zip(gone, still, strict=True) if score is not None
             ]
             if expired:
-                self._call(lambda: self.client.zrem(ledger_key(self.prefix), *expired))
+                self._call(lambda: self.client.zrem(ledger, *expired))
         for write_id in write_ids:
             if write_id in found:
                 yield found[write_id]

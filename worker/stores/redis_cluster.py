@@ -1,0 +1,487 @@
+"""The shared store on a Redis Cluster: RedisStore's scripts, run shard by shard, in steps.
+
+A Lua script may only touch keys of one slot, so the cluster's keys are in SHARDS shards
+(keys.ClusterKeyLayout) and a batch is recorded in three steps, each one pipeline per master:
+
+1. drift: each valid attempt's (contract version, case ID) pair checks its required set in the
+   pair's shard (DRIFT_LUA), and notes what it found under the write id for a day, so that a
+   worker killed before step 2 replays the same finding;
+2. record: RECORD_LUA without its steps, per hash shard, given what step 1 found;
+3. finish: the case index (INDEX_LUA, in the case's shard), the ledger entry's close (in the
+   task's shard) and the drift note's removal.
+
+Every step is idempotent under the write id, and the worker acknowledges a message only after
+record_many() returned, so a worker killed between steps leaves the message to a redelivery,
+which replays what is done and does the rest.
+
+Redirections are followed here rather than by redis-py's ClusterPipeline, because a write must
+be followed by WAIT on the same connection (replicas acknowledge a connection's writes) and a
+script call that the cluster did not run (MOVED, ASK, TRYAGAIN, NOSCRIPT) must be sent again
+while one it did run must not: the pipelines below are the nodes' own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
+
+import redis
+from pydantic_core import to_json
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    TryAgainError,
+)
+
+from contracts import Attempt
+from worker.errors import ConfigurationError, TransientError
+from worker.keepalive import TCP_KEEPALIVE_OPTIONS
+from worker.settings import masked_url
+from worker.stores.attempts import DRIFTED_TAIL, required_set_json, script_args
+from worker.stores.base import DeadLetter, Recorded, recorded_ms
+from worker.stores.keys import ClusterKeyLayout
+from worker.stores.ledger import LedgerEntry, task_and_position
+from worker.stores.redis import (
+    ATTEMPTS_PER_CALL,
+    DRIFT_FUNCTION,
+    INDEX_FUNCTION,
+    MAX_ALERTS,
+    MAX_DEAD_LETTERS,
+    RECORD_LUA,
+    RedisStore,
+)
+from worker.stores.redis_ledger import CLOSE_LUA, NOTE_LUA, _ms
+
+T = TypeVar("T")
+
+DRIFT_MEMO_SECONDS = 86_400
+ROUNDS = 8  # redirections followed for one batch before it waits as a transient error
+TRY_AGAIN_PAUSE_S = 0.05
+
+# KEYS: the pair shard's alert stream, then per attempt its contract key and its drift note
+# (keys.ClusterKeyLayout.drift_memo), all in one shard. ARGV: ttl, alert stream bound, the
+# time as JSON, then per attempt required_set_json(), input hash, case ID and task ID as JSON,
+# contract version as JSON, write id ('' for none), alert order (order_of()). Returns what
+# drift() found, per attempt: a noted finding when the write id has one.
+DRIFT_LUA = (
+    """
+local ttl, max_alerts, raised_at = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local alerts_key = KEYS[1]
+"""
+    + DRIFT_FUNCTION
+    + """
+local replies = {}
+for i = 1, (#KEYS - 1) / 2 do
+  local contract_key, memo_key = KEYS[2 * i], KEYS[2 * i + 1]
+  local at = 3 + 7 * (i - 1)
+  local write = ARGV[at + 6]
+  local found = false
+  if write ~= '' then found = redis.call('GET', memo_key) end
+  if not found then
+    found = drift(contract_key, ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4],
+      ARGV[at + 5], ARGV[at + 7])
+    if write ~= '' then redis.call('SET', memo_key, found, 'EX', """
+    + str(DRIFT_MEMO_SECONDS)
+    + """) end
+  end
+  replies[i] = found
+end
+return replies
+"""
+)
+# KEYS: a case index. ARGV: ttl, input hash, recorded_at in ms, the outcome's since.
+INDEX_LUA = (
+    """
+local ttl = tonumber(ARGV[1])
+"""
+    + INDEX_FUNCTION
+    + """
+index(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+return 1
+"""
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command for the node that serves `key`'s slot; `script`: its Lua source, when it is
+    an EVALSHA the node may not know yet."""
+
+    key: str
+    args: tuple[Any, ...]
+    script: str | None = None
+
+
+class Scripts:
+    """The SHA-1 of each script, as EVALSHA names it."""
+
+    def __init__(self, client: RedisCluster) -> None:
+        self.sources = {
+            "record": RECORD_LUA,
+            "drift": DRIFT_LUA,
+            "index": INDEX_LUA,
+            "close": CLOSE_LUA,
+            "note": NOTE_LUA,
+        }
+        self.sha = {name: client.register_script(src).sha for name, src in self.sources.items()}
+
+    def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Command:
+        return Command(
+            keys[0], ("EVALSHA", self.sha[name], len(keys), *keys, *args), self.sources[name]
+        )
+
+
+class RedisClusterStore(RedisStore):
+    """ResultStore on a Redis Cluster (keys in shards, see keys.ClusterKeyLayout)."""
+
+    client: RedisCluster  # type: ignore[assignment]  # the cluster client, not one server's
+
+    def __init__(self, client: RedisCluster, *, name: str | None = None, **options: Any) -> None:
+        super().__init__(client, name=name or "redis cluster", **options)  # type: ignore[arg-type]
+        self.layout = ClusterKeyLayout(self.prefix)
+        self.keys = self.layout
+        self.scripts = Scripts(client)
+        self.masters = len(client.get_primaries())  # type: ignore[no-untyped-call]
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, client_options: Mapping[str, Any] | None = None, **options: Any
+    ) -> RedisClusterStore:
+        client = RedisCluster.from_url(
+            url,
+            socket_timeout=10,
+            socket_connect_timeout=5,
+            socket_keepalive=True,
+            socket_keepalive_options=TCP_KEEPALIVE_OPTIONS,
+            **(client_options or {}),
+        )
+        masters = len(client.get_primaries())  # type: ignore[no-untyped-call]
+        name = f"{masked_url(url)} (Redis Cluster, {masters} masters)"
+        return cls(client, name=name, **options)
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        try:
+            return super()._call(operation)
+        except (ClusterDownError, TryAgainError, RedisClusterException) as error:
+            # CLUSTERDOWN while a master fails over, TRYAGAIN mid-migration, no node for a
+            # slot yet: the cluster takes the write again once it has settled.
+            self._refresh_later = True
+            raise TransientError(f"Redis Cluster not ready for now: {error}") from error
+        except TransientError:
+            self._refresh_later = True
+            raise
+
+    _refresh_later = False
+
+    def _node_for(self, key: str) -> ClusterNode:
+        return self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))  # type: ignore[no-untyped-call]
+
+    def _run(self, commands: Sequence[Command]) -> list[Any]:
+        """Each command on the master of its key's slot, one pipeline per master and round; a
+        command the cluster did not run (MOVED, ASK, TRYAGAIN, NOSCRIPT) is sent again, on the
+        node it names, in the next round. A round's replies are the commands' own: a command
+        is never sent twice once a node ran it."""
+        if self._refresh_later:
+            self.client.nodes_manager.initialize()
+            self._refresh_later = False
+        replies: list[Any] = [None] * len(commands)
+        pending: dict[int, ClusterNode | None] = dict.fromkeys(range(len(commands)))
+        for _ in range(ROUNDS):
+            by_node: dict[str, tuple[ClusterNode, list[tuple[int, bool]]]] = {}
+            for index, asking in pending.items():
+                node = asking or self._node_for(commands[index].key)
+                by_node.setdefault(node.name, (node, []))[1].append((index, asking is not None))
+            again: dict[int, ClusterNode | None] = {}
+            for node, items in by_node.values():
+                for index, outcome in self._send(node, commands, items):
+                    if isinstance(outcome, Exception):
+                        asked = pending[index] is not None
+                        again[index] = self._redirect(outcome, node, commands[index], asked)
+                    else:
+                        replies[index] = outcome
+            if not again:
+                return replies
+            pending = again
+        raise TransientError(
+            f"Redis Cluster kept redirecting {len(pending)} writes (a slot migrating?)"
+        )
+
+    def _redirect(
+        self,
+        error: Exception,
+        node: ClusterNode,
+        command: Command,
+        asked: bool,
+    ) -> ClusterNode | None:
+        """Where a command the cluster did not run goes next (None: its slot's master, as the
+        refreshed slot map says); any other error is raised."""
+        if isinstance(error, MovedError):  # the slot has moved: ask the cluster its new map
+            self.client.nodes_manager.initialize()
+            return None
+        if isinstance(error, AskError):  # the slot is migrating and this key is there now
+            return self._node_at(error.host, error.port)
+        if isinstance(error, TryAgainError):  # the call's keys are on both sides of a move
+            time.sleep(TRY_AGAIN_PAUSE_S)
+            return None
+        if isinstance(error, NoScriptError) and command.script is not None:
+            # A new node, or a replica promoted since the script was loaded.
+            self._redis_of(node).script_load(command.script)
+            return node if asked else None
+        raise error
+
+    def _send(
+        self, node: ClusterNode, commands: Sequence[Command], items: list[tuple[int, bool]]
+    ) -> list[tuple[int, Any]]:
+        pipe = self._redis_of(node).pipeline(transaction=False)
+        for index, asking in items:
+            if asking:
+                pipe.execute_command("ASKING")  # type: ignore[no-untyped-call]
+            pipe.execute_command(*commands[index].args)  # type: ignore[no-untyped-call]
+        results = iter(pipe.execute(raise_on_error=False))
+        found = []
+        for index, asking in items:
+            if asking:
+                next(results)  # ASKING's OK
+            found.append((index, next(results)))
+        return found
+
+    def _redis_of(self, node: ClusterNode) -> redis.Redis:
+        connection = node.redis_connection
+        if connection is None:
+            self.client.nodes_manager.create_redis_connections([node])  # type: ignore[no-untyped-call]
+            connection = node.redis_connection
+        assert connection is not None
+        return cast("redis.Redis", connection)
+
+    def _node_at(self, host: str, port: int) -> ClusterNode:
+        node = self.client.get_node(host=host, port=port)  # type: ignore[no-untyped-call]
+        if node is None:
+            self.client.nodes_manager.initialize()
+            node = self.client.get_node(host=host, port=port)  # type: ignore[no-untyped-call]
+        if node is None:
+            raise TransientError(f"Redis Cluster redirected to an unknown node {host}:{port}")
+        return cast("ClusterNode", node)
+
+    def record_many(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        *,
+        now: datetime,
+        write_ids: Sequence[str | None] | None = None,
+    ) -> list[Recorded]:
+        """The three steps of the module's docstring, each one pipeline per master."""
+        if not items:
+            return []
+        ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
+        raised_at = to_json(now).decode()
+        orders = order_of(len(items))
+        found = self._call(lambda: self._check_drift(items, ids, raised_at, orders))
+        replies = self._call(lambda: self._record_shards(items, ids, found, raised_at, orders))
+        self._call(lambda: self._finish(items, ids, replies))
+        return [
+            self._recorded(input_hash, attempt, reply[:5], now)
+            for (input_hash, attempt), reply in zip(items, replies, strict=True)
+        ]
+
+    def _check_drift(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        ids: Sequence[str | None],
+        raised_at: str,
+        orders: list[str],
+    ) -> list[str]:
+        """Step 1: what the drift check found per attempt ('' for one it does not apply to)."""
+        by_shard: dict[str, list[int]] = defaultdict(list)
+        contracts: dict[int, str] = {}
+        required: dict[int, str] = {}
+        for index, (_, attempt) in enumerate(items):
+            spelled = required_set_json(attempt)
+            if spelled:
+                key = self.keys.contract(attempt.contract_version, attempt.case_id)
+                contracts[index], required[index] = key, spelled
+                by_shard[self.layout.alerts_in(key)].append(index)
+        commands: list[Command] = []
+        chunks: list[list[int]] = []
+        for stream, indexes in by_shard.items():
+            for start in range(0, len(indexes), ATTEMPTS_PER_CALL):
+                chunk = indexes[start : start + ATTEMPTS_PER_CALL]
+                keys = [stream]
+                args: list[Any] = [self.ttl_seconds, MAX_ALERTS, raised_at]
+                for index in chunk:
+                    input_hash, attempt = items[index]
+                    write = ids[index] or ""
+                    keys += (contracts[index], self.layout.drift_memo(contracts[index], write))
+                    own = script_args(attempt)
+                    args += (required[index], input_hash, own[0], own[1], own[7], write)
+                    args.append(orders[index])
+                commands.append(self.scripts.call("drift", keys, args))
+                chunks.append(chunk)
+        found = [""] * len(items)
+        for chunk, reply in zip(chunks, self._run(commands), strict=True):
+            for index, text in zip(chunk, reply, strict=True):
+                found[index] = text.decode() if isinstance(text, bytes) else str(text)
+        return found
+
+    def _record_shards(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        ids: Sequence[str | None],
+        found: list[str],
+        raised_at: str,
+        orders: list[str],
+    ) -> list[list[Any]]:
+        """Step 2: RECORD_LUA per hash shard, in the batch's order within each shard."""
+        by_shard: dict[str, list[int]] = defaultdict(list)
+        for index, (input_hash, _) in enumerate(items):
+            by_shard[self.layout.alerts_in(self.keys.outcome(input_hash))].append(index)
+        head: list[Any] = [
+            self.max_attempts_per_hash,
+            self.ttl_seconds,
+            MAX_ALERTS,
+            raised_at,
+            DRIFTED_TAIL,
+            "",  # no steps: step 1 checked drift, step 3 indexes and closes
+        ]
+        commands: list[Command] = []
+        chunks: list[list[int]] = []
+        for stream, indexes in by_shard.items():
+            for start in range(0, len(indexes), ATTEMPTS_PER_CALL):
+                chunk = indexes[start : start + ATTEMPTS_PER_CALL]
+                keys = [stream, stream]  # the ledger's place: not touched without steps
+                args = list(head)
+                for index in chunk:
+                    input_hash, attempt = items[index]
+                    outcome = self.keys.outcome(input_hash)
+                    keys += (outcome, self.keys.attempts(input_hash), outcome, outcome, outcome)
+                    args += script_args(attempt)
+                    args += (ids[index] or "", recorded_ms(attempt), found[index], orders[index])
+                commands.append(self.scripts.call("record", keys, args))
+                chunks.append(chunk)
+        replies: list[list[Any]] = [[] for _ in items]
+        for chunk, reply in zip(chunks, self._run(commands), strict=True):
+            for index, one in zip(chunk, reply, strict=True):
+                replies[index] = one
+        return replies
+
+    def _finish(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        ids: Sequence[str | None],
+        replies: list[list[Any]],
+    ) -> None:
+        """Step 3: index each case, close each ledger entry, drop each drift note."""
+        commands: list[Command] = []
+        for (input_hash, attempt), write, reply in zip(items, ids, replies, strict=True):
+            if attempt.case_id is not None:
+                commands.append(
+                    self.scripts.call(
+                        "index",
+                        [self.keys.case(attempt.case_id)],
+                        [self.ttl_seconds, input_hash, recorded_ms(attempt), int(reply[5])],
+                    )
+                )
+            if write:
+                task_id, position = task_and_position(write)
+                commands.append(self._close(task_id, int(position)))
+                if required_set_json(attempt):
+                    contract = self.keys.contract(attempt.contract_version, attempt.case_id)
+                    memo = self.layout.drift_memo(contract, write)
+                    commands.append(Command(memo, ("DEL", memo)))
+        self._run(commands)
+
+    def _close(self, task_id: str, position: int | None) -> Command:
+        return self.scripts.call(
+            "close",
+            [self.keys.ledger_of(task_id), self.keys.ledger_task(task_id)],
+            [task_id, "" if position is None else position],
+        )
+
+    def dead_letter(self, *letters: DeadLetter) -> None:
+        if not letters:
+            return
+        commands = [
+            Command(
+                stream := self.keys.dead_letters_of(letter.task_id),
+                (
+                    "XADD",
+                    stream,
+                    "MAXLEN",
+                    "~",
+                    MAX_DEAD_LETTERS,
+                    "*",
+                    "letter",
+                    letter.bounded(self.dead_letter_max_bytes).model_dump_json(),
+                    "n",
+                    order,
+                ),
+            )
+            for letter, order in zip(letters, order_of(len(letters)), strict=True)
+        ]
+        commands += [
+            self._close(task_id, position) for task_id, position in self._closes_of(letters)
+        ]
+        self._call(lambda: self._run(commands))
+
+    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+        if not entries or self.ledger_ttl_seconds <= 0:
+            return
+        forget_before = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
+        by_ledger: dict[str, list[LedgerEntry]] = defaultdict(list)
+        for entry in entries:
+            by_ledger[self.keys.ledger_of(entry.task_id)].append(entry)
+        commands = []
+        for ledger, noted in by_ledger.items():
+            keys = [ledger]
+            args: list[Any] = [self.ledger_ttl_seconds, forget_before]
+            for entry in noted:
+                keys.append(self.keys.ledger_task(entry.task_id))
+                args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
+                args.append(entry.write_id)
+            commands.append(self.scripts.call("note", keys, args))
+        self._call(lambda: self._run(commands))
+
+    def close_entries(self, write_ids: Sequence[str]) -> None:
+        commands = []
+        for write_id in write_ids:
+            task_id, position = task_and_position(write_id)
+            commands.append(self._close(task_id, int(position)))
+        if commands:
+            self._call(lambda: self._run(commands))
+
+
+def order_of(count: int) -> list[str]:
+    """The `n` field of each of `count` entries written together: this worker's clock in
+    nanoseconds, then the entry's place, as text that sorts as the numbers do. Several masters'
+    streams have no common order; entries of one time (raised_at, received_at) are read back
+    in the order their writer gave them (redis.newest_first_key)."""
+    now = f"{time.time_ns():020d}"
+    return [f"{now}{index:06d}" for index in range(count)]
+
+
+def cluster_masters(client: redis.Redis, name: str) -> int | None:
+    """The number of masters when `client`'s server is a node of a Redis Cluster, else None.
+    A cluster with a slot no master serves cannot take every write: a ConfigurationError."""
+    if not int(client.info("cluster").get("cluster_enabled", 0)):
+        return None
+    reply = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    info = dict(line.split(":", 1) for line in text.split() if ":" in line)
+    assigned = int(info.get("cluster_slots_assigned", 0))
+    if info.get("cluster_state") != "ok" or assigned < CLUSTER_SLOTS:
+        raise ConfigurationError(
+            f"store {name}: the Redis Cluster is not serving every slot "
+            f"(cluster_state:{info.get('cluster_state')}, {assigned} of {CLUSTER_SLOTS} slots "
+            "assigned): fix it (redis-cli --cluster fix HOST:PORT) before starting"
+        )
+    return int(info.get("cluster_size", 0))
+
+
+CLUSTER_SLOTS = 16_384
