@@ -74,8 +74,9 @@ class Cluster:
 
     @property
     def url(self) -> str:
-        """A store URL naming one node (any node will do)."""
-        return f"redis://{self.nodes[0].address}/0"
+        """A store URL naming one live node (any node will do)."""
+        live = [node for node in self.nodes if node.alive()]
+        return f"redis://{live[0].address}/0"
 
     def masters(self) -> list[Node]:
         return [node for node in self.nodes if node.alive() and _role(node) == "master"]

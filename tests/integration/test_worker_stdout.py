@@ -85,6 +85,7 @@ def test_without_quiet_the_banner_is_one_json_line(
     assert starting["concurrency"] == 2
     assert starting["pool"] == "prefork"
     assert starting["broker"] == "redis://127.0.0.1:6379/12"
+    assert starting["store"] == "redis://127.0.0.1:6379/14"
     assert "celery_version" in starting
 
 

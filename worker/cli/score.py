@@ -26,6 +26,7 @@ from worker.cli.progress import Progress, over_input, process_elapsed
 from worker.errors import InputError
 from worker.pipeline.scoring import Delivery
 from worker.settings import Settings, masked_url
+from worker.stores import describe as describe_store
 
 if TYPE_CHECKING:
     from worker.pipeline.service import Service
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     tally = Tally()
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
+        store_name = describe_store(service.store, url)
         try:
             score_lines(source, service=service, tally=tally, progress=progress)
         except KeyboardInterrupt:
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no messages")
     print(
-        f"{tally.summary('score', policy)} ({process_elapsed():.2f}s, store {masked_url(url)})",
+        f"{tally.summary('score', policy)} ({process_elapsed():.2f}s, store {store_name})",
         file=sys.stderr,
     )
     return tally.exit_code

@@ -171,6 +171,7 @@ def banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
         hostname=sender,
         celery_version=celery_version,
         broker=masked_url(settings.broker_url),
+        store=instance.app.store_description(),
         queues=sorted(instance.app.amqp.queues.consume_from),
         concurrency=instance.concurrency,
         pool="prefork" if forks_pool_processes(pool) else pool.__module__.rsplit(".", 1)[-1],

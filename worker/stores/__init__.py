@@ -33,12 +33,22 @@ __all__ = [
     "Recorded",
     "ResultStore",
     "classify",
+    "describe",
     "open_store",
     "outcome_json",
 ]
 
 SQLITE_PREFIX = "sqlite:///"
 STORE_URL_HINT = "use sqlite:///path/to.db or redis://host:port/db"
+
+
+def describe(store: ResultStore, url: str) -> str:
+    """How messages name the store at `url`: its URL without the password, and for a Redis
+    Cluster its kind and size ("redis://host:7000/0 (Redis Cluster, 3 masters)")."""
+    from worker.settings import masked_url
+
+    inner = getattr(store, "inner", store)  # a DurableStore names what it wraps
+    return getattr(inner, "description", None) or masked_url(url)
 
 
 def open_store(url: str, settings: Settings) -> ResultStore:

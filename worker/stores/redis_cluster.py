@@ -150,6 +150,8 @@ class RedisClusterStore(RedisStore):
         self.keys = self.layout
         self.scripts = Scripts(client)
         self.masters = len(client.get_primaries())  # type: ignore[no-untyped-call]
+        # How `score`'s summary and the worker's start line name it (stores.describe()).
+        self.description = self.name
 
     @classmethod
     def from_url(
