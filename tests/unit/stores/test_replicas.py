@@ -56,8 +56,9 @@ class Server:
 
 
 def wait(min_replicas: int | None, server: Any = None, timeout_ms: int = 250) -> ReplicaWait:
+    client: Any = server if server is not None else Server(0)
     return ReplicaWait(
-        server or Server(0),
+        client,
         store_name=STORE,
         mark_key=MARK,
         min_replicas=min_replicas,
