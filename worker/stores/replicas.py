@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from worker.errors import TransientError
+from worker.errors import ConfigurationError, TransientError
 
 MARK_TTL_SECONDS = 3_600
 WAIT_REPLIES = 2  # what add_wait queues: the mark, then WAIT
@@ -79,7 +79,15 @@ class ReplicaWait:
     def wanted(self) -> int:
         """Replicas each write waits for: the first call may ask the server (INFO)."""
         if self._wanted is None:
-            self._wanted = 1 if connected_replicas(self._client) > 0 else 0
+            try:
+                connected = connected_replicas(self._client)
+            except redis.exceptions.NoPermissionError as error:
+                # An ACL user without INFO: guessing 0 would quietly give up the guarantee.
+                raise ConfigurationError(
+                    f"store {self._store_name}: cannot tell whether the server has replicas "
+                    f"({error}): set EVIDENCE_STORE_MIN_REPLICAS"
+                ) from None
+            self._wanted = 1 if connected > 0 else 0
         return self._wanted
 
     def add(self, pipe: Any) -> bool:

@@ -55,6 +55,15 @@ class Server:
         return {"role": "master", "connected_slaves": self.replicas}
 
 
+class Restricted:
+    """A client whose ACL user may not run INFO."""
+
+    def info(self, section: str) -> dict[str, Any]:
+        raise redis.exceptions.NoPermissionError(
+            "this user has no permissions to run the 'info' command"
+        )
+
+
 def wait(min_replicas: int | None, server: Any = None, timeout_ms: int = 250) -> ReplicaWait:
     client: Any = server if server is not None else Server(0)
     return ReplicaWait(
@@ -161,6 +170,17 @@ def test_the_automatic_default_is_one_replica_where_the_server_has_any(
     assert server.calls == 0
     assert [replicas.wanted(), replicas.wanted()] == [wanted, wanted]
     assert server.calls == 1
+
+
+def test_a_user_that_may_not_ask_must_set_the_count() -> None:
+    """INFO refused: a configuration error, rather than a guess of 0 replicas."""
+    with pytest.raises(ConfigurationError) as raised:
+        wait(None, Restricted()).wanted()
+
+    assert str(raised.value) == (
+        f"store {STORE}: cannot tell whether the server has replicas (this user has no "
+        "permissions to run the 'info' command): set EVIDENCE_STORE_MIN_REPLICAS"
+    )
 
 
 def test_a_set_count_never_asks_the_server() -> None:
