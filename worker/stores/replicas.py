@@ -4,7 +4,7 @@ Redis replicates asynchronously: a master killed after a record script returned,
 replica caught up, would lose a first outcome whose message was already acknowledged. So a
 store write ends with WAIT, queued last in the pipeline that wrote. WAIT counts the replicas
 that acknowledged the calling connection's last write, and a pipeline runs on one connection
-(a WAIT on another pooled connection would return at once). Fewer replicas than wanted within
+(a WAIT on another pooled connection may return at once). Fewer replicas than wanted within
 the timeout is a TransientError: the message waits, unacknowledged, as for an outage, and the
 retry (same write ids) is a replay.
 
