@@ -128,7 +128,8 @@ class Settings(BaseSettings):
     store_min_replicas: int | None = Field(
         default=None,
         ge=0,
-        description="Redis store: replicas each write must reach (Redis `WAIT`) before its "
+        description="Redis store (a single server; a Redis Cluster store does not wait yet): "
+        "replicas each write must reach (Redis `WAIT`) before its "
         "message is acknowledged; a write not confirmed in time is retried like an outage, "
         "its message unacknowledged. Unset: 1 when the server has a replica connected as the "
         "store first writes, else 0 (`0`: no wait). See "
