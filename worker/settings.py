@@ -32,6 +32,9 @@ LEDGER_TTL_SECONDS = 86_400
 RECONCILE_OLDER_THAN_SECONDS = 600
 RECONCILE_EVERY_SECONDS = 300
 HEARTBEAT_SECONDS = 5.0
+REPLICA_TIMEOUT_MS = 1_000
+# WAIT blocks the store's connection: well under its 10 s socket timeout (stores/redis.py).
+MAX_REPLICA_TIMEOUT_MS = 5_000
 
 
 class Settings(BaseSettings):
@@ -121,6 +124,22 @@ class Settings(BaseSettings):
         default=None,
         gt=0,
         description="how long a first outcome and its attempts are kept. Unset: forever",
+    )
+    store_min_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Redis store (a single server; a Redis Cluster store does not wait yet): "
+        "replicas each write must reach (Redis `WAIT`) before its "
+        "message is acknowledged; a write not confirmed in time is retried like an outage, "
+        "its message unacknowledged. Unset: 1 when the server has a replica connected as the "
+        "store first writes, else 0 (`0`: no wait). See "
+        "[operations.md](operations.md#no-acknowledged-outcome-lost-on-failover)",
+    )
+    store_replica_timeout_ms: int = Field(
+        default=REPLICA_TIMEOUT_MS,
+        gt=0,
+        le=MAX_REPLICA_TIMEOUT_MS,
+        description="how long a write waits for those replicas, in milliseconds",
     )
     visibility_timeout_seconds: int = Field(
         default=300,

@@ -27,7 +27,15 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Broker, queue and store",
         "Where messages come from and where outcomes are kept.",
-        ("broker_url", "queue", "store_url", "key_prefix", "result_ttl_seconds"),
+        (
+            "broker_url",
+            "queue",
+            "store_url",
+            "key_prefix",
+            "result_ttl_seconds",
+            "store_min_replicas",
+            "store_replica_timeout_ms",
+        ),
     ),
     (
         "Policy",

@@ -90,7 +90,14 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             from worker.stores.redis_cluster import RedisClusterStore
 
             return RedisClusterStore.from_url(url, client_options=client_options, **options)
-        return RedisStore.from_url(url, client_options=client_options, **options)
+        # A single Redis waits for its replicas (worker/stores/replicas.py); a cluster does not yet.
+        return RedisStore.from_url(
+            url,
+            client_options=client_options,
+            min_replicas=settings.store_min_replicas,
+            replica_timeout_ms=settings.store_replica_timeout_ms,
+            **options,
+        )
     scheme, separator, _ = url.partition(":")
     if scheme == "sqlite":
         raise ConfigurationError(

@@ -103,6 +103,13 @@ def ledger_task_key(prefix: str, task_id: str) -> str:
     return f"{prefix}:ledger:task:{task_id}"
 
 
+def replication_mark_key(prefix: str) -> str:
+    """STRING `1`: set by every write that waits for replicas, just before its WAIT
+    (worker/stores/replicas.py), so that the WAIT covers every earlier write; expires an hour
+    after the last."""
+    return f"{prefix}:replication-mark"
+
+
 # Shards on a Redis Cluster: each is one slot, so at most this many masters share the work.
 # Never change it for an existing store: keys are found by their shard.
 SHARDS = 256

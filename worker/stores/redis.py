@@ -17,7 +17,13 @@ from contracts.outcomes import CacheOutcome
 from contracts.records import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
-from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS, REDIS_URL_HINT, masked_url
+from worker.settings import (
+    DEAD_LETTER_MAX_BYTES,
+    LEDGER_TTL_SECONDS,
+    REDIS_URL_HINT,
+    REPLICA_TIMEOUT_MS,
+    masked_url,
+)
 from worker.stores.attempts import DRIFTED_TAIL, Expander, drifted, script_args
 from worker.stores.base import (
     ALERT_CLOCK_MARGIN,
@@ -28,9 +34,10 @@ from worker.stores.base import (
     newest_since,
     recorded_ms,
 )
-from worker.stores.keys import KeyLayout
+from worker.stores.keys import KeyLayout, replication_mark_key
 from worker.stores.ledger import task_and_position
 from worker.stores.redis_ledger import RedisLedger
+from worker.stores.replicas import ReplicaWait
 
 MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
@@ -301,7 +308,11 @@ class RedisStore(RecordOne, RedisLedger):
         name: str | None = None,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
         ledger_ttl_seconds: int = LEDGER_TTL_SECONDS,
+        min_replicas: int | None = 0,
+        replica_timeout_ms: int = REPLICA_TIMEOUT_MS,
     ) -> None:
+        """`min_replicas`: replicas each write waits for (worker/stores/replicas.py); None: 1
+        if the server has one connected at the first write, else 0 (open_store's default)."""
         self.client = client
         self.ledger_ttl_seconds = ledger_ttl_seconds
         # How messages name the store: its URL without the password.
@@ -312,6 +323,13 @@ class RedisStore(RecordOne, RedisLedger):
         self.ttl_seconds = ttl_seconds or 0
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self._record: Script = client.register_script(RECORD_LUA)
+        self.replicas = ReplicaWait(
+            client,
+            store_name=self.name,
+            mark_key=replication_mark_key(prefix),
+            min_replicas=min_replicas,
+            timeout_ms=replica_timeout_ms,
+        )
 
     @classmethod
     def from_url(
@@ -406,7 +424,8 @@ class RedisStore(RecordOne, RedisLedger):
         SCRIPT EXISTS on every execute (a second round trip); we load only on NOSCRIPT and
         re-run just the calls that failed, so no attempt is ever recorded twice. A call that
         fails otherwise fails the batch, calls that ran included: a retry with the same write
-        ids finds theirs.
+        ids finds theirs. Each pipeline ends with the replicas' wait; the last one's, after
+        the last write, is the one that counts.
 
         One call records many attempts (one EVALSHA per attempt cost three times the client's
         CPU in `bench`), so the batch's keys span many Cluster slots: this store is for a
@@ -419,9 +438,10 @@ class RedisStore(RecordOne, RedisLedger):
             for index in pending:
                 keys, args = calls[index]
                 pipe.evalsha(self._record.sha, len(keys), *keys, *args)
+            self.replicas.add(pipe)
             results = pipe.execute(raise_on_error=False)
             missing = []
-            for index, result in zip(pending, results, strict=True):
+            for index, result in zip(pending, results[: len(pending)], strict=True):
                 if isinstance(result, NoScriptError):
                     missing.append(index)
                 elif isinstance(result, Exception):
@@ -429,6 +449,7 @@ class RedisStore(RecordOne, RedisLedger):
                 else:
                     replies[index] = result
             if not missing:
+                self.replicas.check(results[len(pending) :])
                 return replies
             self.client.script_load(RECORD_LUA)
             pending = missing
@@ -630,7 +651,7 @@ class RedisStore(RecordOne, RedisLedger):
                     approximate=True,
                 )
             self._close_calls(pipe, self._closes_of(letters))
-            pipe.execute()
+            self.replicas.execute(pipe)
 
         self._call(run)
 

@@ -14,6 +14,7 @@ import redis
 from worker.stores.base import DeadLetter
 from worker.stores.keys import KeyLayout
 from worker.stores.ledger import LedgerEntry, task_and_position
+from worker.stores.replicas import ReplicaWait
 
 T = TypeVar("T")
 
@@ -21,7 +22,8 @@ LEDGER_PAGE = 1000  # open entries per read while reconcile walks the ledger
 
 # KEYS: the ledger, then each entry's task hash. ARGV: time to live (seconds), the publish
 # time before which entries are forgotten (ms), then per entry: position, entry JSON,
-# publish time (ms), write id. One call per chunk of a publish: a single command per chunk.
+# publish time (ms), write id. One call per chunk of a publish: a single command per chunk,
+# then the replicas' wait in the same pipeline: a message is sent once its note is on them.
 NOTE_LUA = """
 local ttl = ARGV[1]
 for i = 2, #KEYS do
@@ -51,12 +53,14 @@ def _ms(moment: datetime) -> int:
 
 
 class RedisLedger:
-    """The Ledger half of RedisStore (mixed in): needs its client, prefix and _call."""
+    """The Ledger half of RedisStore (mixed in): needs its client, prefix, replicas and
+    _call."""
 
     client: redis.Redis
     prefix: str
     keys: KeyLayout
     ledger_ttl_seconds: int
+    replicas: ReplicaWait
 
     if TYPE_CHECKING:
 
@@ -72,7 +76,13 @@ class RedisLedger:
             keys.append(self.keys.ledger_task(entry.task_id))
             args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
             args.append(entry.write_id)
-        self._call(lambda: self.client.eval(NOTE_LUA, len(keys), *keys, *args))
+
+        def run() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.eval(NOTE_LUA, len(keys), *keys, *args)
+            self.replicas.execute(pipe)
+
+        self._call(run)
 
     def _close_calls(self, pipe: Any, closes: Sequence[tuple[str, int | None]]) -> None:
         for task_id, position in closes:
@@ -94,7 +104,7 @@ class RedisLedger:
             task_id, position = task_and_position(write_id)
             closes.append((task_id, int(position)))
         self._close_calls(pipe, closes)
-        self._call(pipe.execute)
+        self._call(lambda: self.replicas.execute(pipe))
 
     def _closes_of(self, letters: Sequence[DeadLetter]) -> list[tuple[str, int | None]]:
         return [(letter.task_id, letter.position) for letter in letters if letter.task_id]
