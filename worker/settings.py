@@ -128,11 +128,12 @@ class Settings(BaseSettings):
     store_min_replicas: int | None = Field(
         default=None,
         ge=0,
-        description="Redis store (a single server; a Redis Cluster store does not wait yet): "
+        description="Redis store (a single server, or each master of a Redis Cluster): "
         "replicas each write must reach (Redis `WAIT`) before its "
         "message is acknowledged; a write not confirmed in time is retried like an outage, "
         "its message unacknowledged. Unset: 1 when the server has a replica connected as the "
-        "store first writes, else 0 (`0`: no wait). See "
+        "store first writes (on a cluster: that master, asked again every 10 s), else 0 "
+        "(`0`: no wait). See "
         "[operations.md](operations.md#no-acknowledged-outcome-lost-on-failover)",
     )
     store_replica_timeout_ms: int = Field(

@@ -133,6 +133,21 @@ class Cluster:
                 raise RuntimeError("the test cluster's replicas did not sync")
             time.sleep(0.1)
 
+    def master_of(self, key: str) -> Node:
+        """The live master serving `key`'s slot (its own CLUSTER NODES line lists its slots)."""
+        slot = int(self.nodes[0].cli("CLUSTER", "KEYSLOT", key))
+        for node in self.masters():
+            if any(_in_range(slot, part) for part in _myself(node).split()[8:]):
+                return node
+        raise LookupError(f"no live master serves slot {slot}")
+
+    def replica_of(self, master: Node) -> Node:
+        """A live replica of `master`."""
+        for node in self.replicas():
+            if node.info("replication").get("master_port") == str(master.port):
+                return node
+        raise LookupError(f"master {master.address} has no live replica")
+
     def flush(self) -> None:
         for node in self.masters():
             node.cli("FLUSHALL")
@@ -150,6 +165,17 @@ class Cluster:
                 node.process.wait(timeout=10)
             if node.alive():
                 node.process.kill()
+
+
+def _in_range(slot: int, part: str) -> bool:
+    if part.startswith("["):  # a slot being migrated or imported
+        return False
+    low, _, high = part.partition("-")
+    return int(low) <= slot <= int(high or low)
+
+
+def _myself(node: Node) -> str:
+    return next(line for line in node.cli("CLUSTER", "NODES").splitlines() if "myself" in line)
 
 
 def _role(node: Node) -> str:

@@ -8,6 +8,8 @@ every store case on the cluster too; these are the cases only a cluster has.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -36,7 +38,9 @@ from tests.integration.worker_harness import (
 )
 from worker.bench.launch import worker_command
 from worker.constants import SCORE_BATCH
+from worker.errors import TransientError
 from worker.stores import LedgerEntry
+from worker.stores.redis import RECORD_LUA
 from worker.stores.redis_cluster import RedisClusterStore
 
 pytestmark = pytest.mark.integration
@@ -291,6 +295,41 @@ def test_a_slot_migration_mid_stream_is_followed(
     check_first_outcomes(store, messages, records)
     rerun_is_all_hits(worker, start_worker, queue, app, env, messages)
     assert store.alerts() == []
+    store.close()
+
+
+def test_a_write_waits_for_its_master_s_replica(
+    redis_cluster: Cluster, cluster_prefix: str
+) -> None:
+    """By default each master's writes wait for its replica: with that replica stopped
+    (SIGSTOP, it acknowledges nothing) the record is a transient error naming the master, and
+    once it is back the retry is a replay; nothing is recorded twice."""
+    store = RedisClusterStore.from_url(
+        redis_cluster.url, prefix=cluster_prefix, min_replicas=None, replica_timeout_ms=300
+    )
+    input_hash = "3" * 64
+    # No contract version: no drift step, so the record is the first write and it falls short.
+    attempt = factories.attempt(contract_version=None, recorded_at=NOW)
+    master = redis_cluster.master_of(store.keys.outcome(input_hash))
+    replica = redis_cluster.replica_of(master)
+    redis.Redis(port=master.port).script_load(RECORD_LUA)  # no NOSCRIPT round first
+    os.kill(replica.process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(TransientError) as raised:
+            store.record(input_hash, attempt, now=NOW, write_id="w:0")
+    finally:
+        os.kill(replica.process.pid, signal.SIGCONT)
+    redis_cluster.wait_replicas_synced()
+
+    assert str(raised.value) == (
+        f"store {store.name} {master.address}: the write reached 0 of 1 replica in 300 ms "
+        "(EVIDENCE_STORE_MIN_REPLICAS): not acknowledged until the replicas have it"
+    )
+    again = store.record(input_hash, attempt, now=NOW, write_id="w:0")
+    assert (again.cache, again.replayed) == ("miss", True)
+    history = store.history(input_hash)
+    assert history is not None
+    assert history.total_attempts == 1
     store.close()
 
 

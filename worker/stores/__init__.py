@@ -86,18 +86,14 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             "dead_letter_max_bytes": settings.dead_letter_max_bytes,
             "ledger_ttl_seconds": settings.ledger_ttl_seconds,
         }
+        # Writes wait for replicas (worker/stores/replicas.py).
+        options["min_replicas"] = settings.store_min_replicas
+        options["replica_timeout_ms"] = settings.store_replica_timeout_ms
         if not url.startswith("unix://") and _is_cluster(url, db, client_options):
             from worker.stores.redis_cluster import RedisClusterStore
 
             return RedisClusterStore.from_url(url, client_options=client_options, **options)
-        # A single Redis waits for its replicas (worker/stores/replicas.py); a cluster does not yet.
-        return RedisStore.from_url(
-            url,
-            client_options=client_options,
-            min_replicas=settings.store_min_replicas,
-            replica_timeout_ms=settings.store_replica_timeout_ms,
-            **options,
-        )
+        return RedisStore.from_url(url, client_options=client_options, **options)
     scheme, separator, _ = url.partition(":")
     if scheme == "sqlite":
         raise ConfigurationError(

@@ -202,6 +202,11 @@ class ClusterKeyLayout(KeyLayout):
         digest = _digest(_json(case_id))
         return f"{self._in(digest[:2])}:case:{digest}"
 
+    def replication_mark_in(self, key: str) -> str:
+        """keys.replication_mark_key() in the shard of `key`: a WAIT's mark must be on the
+        master that took the writes it covers."""
+        return f"{key.split('}', 1)[0]}}}:replication-mark"
+
     def alerts_in(self, key: str) -> str:
         """The alert stream in the shard of `key` (an outcome or contract key)."""
         return f"{key.split('}', 1)[0]}}}:alerts"

@@ -44,7 +44,7 @@ from redis.exceptions import (
 from contracts import Attempt
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
-from worker.settings import masked_url
+from worker.settings import REPLICA_TIMEOUT_MS, masked_url
 from worker.stores.attempts import DRIFTED_TAIL, required_set_json, script_args
 from worker.stores.base import DeadLetter, Recorded, recorded_ms
 from worker.stores.keys import ClusterKeyLayout
@@ -59,10 +59,12 @@ from worker.stores.redis import (
     RedisStore,
 )
 from worker.stores.redis_ledger import CLOSE_LUA, NOTE_LUA, _ms
+from worker.stores.replicas import MARK_TTL_SECONDS, check_wait, connected_replicas
 
 T = TypeVar("T")
 
 DRIFT_MEMO_SECONDS = 86_400
+REPLICAS_CHECK_S = 10.0
 ROUNDS = 8  # redirections followed for one batch before it waits as a transient error
 TRY_AGAIN_PAUSE_S = 0.05
 
@@ -146,6 +148,12 @@ class RedisClusterStore(RedisStore):
 
     def __init__(self, client: RedisCluster, *, name: str | None = None, **options: Any) -> None:
         super().__init__(client, name=name or "redis cluster", **options)  # type: ignore[arg-type]
+        # Replicas each master's writes wait for (worker/stores/replicas.py); None: per master,
+        # 1 where it has a replica connected, else 0, asked again every REPLICAS_CHECK_S and
+        # after a wait fell short (a failover leaves the promoted master with none).
+        self.min_replicas: int | None = options.get("min_replicas", 0)
+        self.replica_timeout_ms: int = options.get("replica_timeout_ms", REPLICA_TIMEOUT_MS)
+        self._replicas_of: dict[str, tuple[int, float]] = {}
         self.layout = ClusterKeyLayout(self.prefix)
         self.keys = self.layout
         self.scripts = Scripts(client)
@@ -242,18 +250,42 @@ class RedisClusterStore(RedisStore):
     def _send(
         self, node: ClusterNode, commands: Sequence[Command], items: list[tuple[int, bool]]
     ) -> list[tuple[int, Any]]:
+        """One pipeline on `node`: the commands, then the wait for its replicas (a mark in the
+        first command's shard, then WAIT: see worker/stores/replicas.py)."""
         pipe = self._redis_of(node).pipeline(transaction=False)
         for index, asking in items:
             if asking:
                 pipe.execute_command("ASKING")  # type: ignore[no-untyped-call]
             pipe.execute_command(*commands[index].args)  # type: ignore[no-untyped-call]
+        wanted = self._wanted_replicas(node)
+        if wanted:
+            mark = self.layout.replication_mark_in(commands[items[0][0]].key)
+            pipe.set(mark, 1, ex=MARK_TTL_SECONDS)
+            pipe.execute_command("WAIT", wanted, self.replica_timeout_ms)  # type: ignore[no-untyped-call]
         results = iter(pipe.execute(raise_on_error=False))
         found = []
         for index, asking in items:
             if asking:
                 next(results)  # ASKING's OK
             found.append((index, next(results)))
+        if wanted:
+            # A mark refused (MOVED, mid-migration) leaves WAIT counting the pipeline's own
+            # writes, which came before it on this connection.
+            _, reached = next(results), next(results)
+            if isinstance(reached, Exception) or int(reached) < wanted:
+                self._replicas_of.pop(node.name, None)  # ask again: a failover, say
+                check_wait(reached, wanted, self.replica_timeout_ms, f"{self.name} {node.name}")
         return found
+
+    def _wanted_replicas(self, node: ClusterNode) -> int:
+        if self.min_replicas is not None:
+            return self.min_replicas
+        known = self._replicas_of.get(node.name)
+        if known is None or time.monotonic() - known[1] > REPLICAS_CHECK_S:
+            connected = connected_replicas(self._redis_of(node))
+            known = (1 if connected > 0 else 0, time.monotonic())
+            self._replicas_of[node.name] = known
+        return known[0]
 
     def _redis_of(self, node: ClusterNode) -> redis.Redis:
         connection = node.redis_connection
