@@ -20,7 +20,6 @@ from worker.stores import ResultStore
 from worker.stores.base import recorded_ms
 from worker.stores.keys import case_key, outcome_key
 from worker.stores.redis import RedisStore
-from worker.stores.redis_cluster import RedisClusterStore
 from worker.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 __all__ = ["make_redis_store", "make_store", "store"]  # the fixtures, shared with test_stores
@@ -116,16 +115,12 @@ def test_a_batch_indexes_every_attempt_in_one_call(store: ResultStore) -> None:
 
 
 def test_a_replayed_write_indexes_nothing_new(store: ResultStore) -> None:
-    """A retry under the same write id writes nothing, the index included. On a Redis Cluster
-    the index is a step of its own after the record, in the case's slot: a replay does it again
-    (a worker killed between the steps left it undone), for the replayed message's case, which
-    is the first write's in anything but this test."""
+    """A retry under the same write id writes nothing, the index included."""
     store.record(H1, at(1), now=FIXED_NOW, write_id="task-1:0")
     replayed = store.record(H1, at(5, case_id="refund-002"), now=FIXED_NOW, write_id="task-1:0")
 
     assert replayed.replayed
-    indexed_again = [H1] if isinstance(store, RedisClusterStore) else []
-    assert store.hashes_for_case("refund-002") == indexed_again
+    assert store.hashes_for_case("refund-002") == []
     assert store.hashes_for_case("refund-001") == [H1]
 
 

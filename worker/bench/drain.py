@@ -59,6 +59,11 @@ class PhaseResult:
     p50_latency_ms: float | None
     p99_latency_ms: float | None
     peak_rss_mb: float
+    # What the phase added to a Redis store (None for SQLite): bytes of its keys (MEMORY
+    # USAGE) and the servers' CPU (INFO cpu), per message; on the broker's own Redis the CPU
+    # includes the broker's.
+    store_bytes_per_msg: float | None = None
+    store_cpu_us_per_msg: float | None = None
     rss_samples_mb: list[float] = field(default_factory=list, repr=False)
     rss_samples_by_process: list[dict[int, float]] = field(default_factory=list, repr=False)
 
@@ -165,6 +170,7 @@ class BenchConfig:
     concurrency: int = 2
     broker_url: str = DEFAULT_BENCH_BROKER
     phases: tuple[str, ...] = PHASES
+    store_url: str | None = None  # None: the broker's Redis
 
 
 class Bench:
@@ -175,7 +181,9 @@ class Bench:
         self.progress = progress
         self.run_id = uuid.uuid4().hex[:8]
         self.prefix = f"bench-{self.run_id}"
-        self.settings = Settings(broker_url=config.broker_url, key_prefix=self.prefix)
+        self.settings = Settings(
+            broker_url=config.broker_url, store_url=config.store_url, key_prefix=self.prefix
+        )
         self.app = create_app(self.settings)
         self.messages = list(sample_messages(min(config.messages, MAX_QUEUED_MESSAGES)))
         self.published_at: dict[str, float] = {}
@@ -273,6 +281,7 @@ class Bench:
         samples: list[dict[int, float]] = []
         try:
             self._warm_up(phase, f"{queue}-warm-up", total)
+            before = self._store_usage()
             prefill = min(total, MAX_QUEUED_MESSAGES)
             self._publish(phase, queue, 0, prefill)
             self._consume(node, queue)
@@ -280,9 +289,15 @@ class Bench:
             started, finished = self._drain(queue, phase, total, rss, samples)
             if feeder is not None:
                 feeder.join()
+            after = self._store_usage()
         finally:
             self._stop_worker(worker)
         seconds = max(finished - started, 1e-9)
+        grown = (
+            None
+            if before is None or after is None
+            else ((after[0] - before[0]) / total, (after[1] - before[1]) / total * 1e6)
+        )
         latencies = self._latencies(records_path) if keep_records else []
         records_path.unlink(missing_ok=True)
         return PhaseResult(
@@ -294,6 +309,8 @@ class Bench:
             p50_latency_ms=_percentile(latencies, 50),
             p99_latency_ms=_percentile(latencies, 99),
             peak_rss_mb=round(max((sum(s.values()) for s in samples), default=0.0), 1),
+            store_bytes_per_msg=None if grown is None else round(grown[0], 1),
+            store_cpu_us_per_msg=None if grown is None else round(grown[1], 2),
             rss_samples_mb=[round(sum(sample.values()), 1) for sample in samples],
             rss_samples_by_process=samples,
         )
@@ -370,6 +387,7 @@ class Bench:
         env = {
             **os.environ,
             "EVIDENCE_BROKER_URL": self.config.broker_url,
+            "EVIDENCE_STORE_URL": self.settings.result_store_url,
             "EVIDENCE_KEY_PREFIX": self.prefix,
             "EVIDENCE_QUEUE": queue,
             "EVIDENCE_LOG_FORMAT": "json",
@@ -414,15 +432,60 @@ class Bench:
         self.published_at.clear()
         return latencies
 
+    def _store_usage(self) -> tuple[int, float] | None:
+        """The run's keys' bytes and the store servers' CPU seconds so far (Redis only)."""
+        url = self.settings.result_store_url
+        if not url.startswith(("redis://", "rediss://")):
+            return None
+        used, cpu = 0, 0.0
+        for server in store_servers(url):
+            keys = list(server.scan_iter(match=f"{self.prefix}:*", count=1000))
+            pipe = server.pipeline(transaction=False)
+            for key in keys:
+                pipe.memory_usage(key, samples=0)
+            used += sum(size or 0 for size in pipe.execute())
+            info = server.info("cpu")
+            cpu += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+            server.close()
+        return used, cpu
+
     def _cleanup(self) -> None:
         self.ledger.close()
         client = self._redis
-        if client is None:
-            return
-        keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
-        keys += list(client.scan_iter(match=f"*{self.prefix}*", count=1000))
-        if keys:
-            client.delete(*set(keys))
+        if client is not None:
+            keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
+            keys += list(client.scan_iter(match=f"*{self.prefix}*", count=1000))
+            if keys:
+                client.delete(*set(keys))
+        store_url = self.settings.result_store_url
+        if store_url != self.config.broker_url and store_url.startswith(("redis://", "rediss://")):
+            forget_keys(store_url, self.prefix)
+
+
+def store_servers(url: str) -> list[redis.Redis]:
+    """A client per server of the store at `url`: its masters on a Redis Cluster."""
+    client = redis.Redis.from_url(url)
+    client.connection_pool.connection_kwargs["db"] = 0
+    if not int(client.info("cluster").get("cluster_enabled", 0)):
+        client.close()
+        return [redis.Redis.from_url(url)]
+    cluster = redis.RedisCluster.from_url(url)
+    servers = [
+        redis.Redis(host=node.host, port=node.port)
+        for node in cluster.get_primaries()  # type: ignore[no-untyped-call]
+    ]
+    cluster.close()
+    client.close()
+    return servers
+
+
+def forget_keys(url: str, prefix: str) -> None:
+    """Delete a run's keys on every server of the store (one at a time: a Redis Cluster
+    refuses a DEL across slots)."""
+    for server in store_servers(url):
+        for key in server.scan_iter(match=f"{prefix}:*", count=1000):
+            server.delete(key)
+        server.close()
 
 
 def _percentile(values: list[float], pct: int) -> float | None:
@@ -464,6 +527,10 @@ def summarize(results: list[PhaseResult]) -> dict[str, Any]:
         summary[f"{phase}_p50_latency_ms"] = runs[-1].p50_latency_ms
         summary[f"{phase}_p99_latency_ms"] = runs[-1].p99_latency_ms
         summary[f"{phase}_peak_rss_mb"] = max(run.peak_rss_mb for run in runs)
+        for figure in ("store_bytes_per_msg", "store_cpu_us_per_msg"):
+            values = [value for run in runs if (value := getattr(run, figure)) is not None]
+            if values:
+                summary[f"{phase}_{figure}"] = round(statistics.median(values), 2)
     for name, (top, bottom) in RATIOS.items():
         if top in by_phase and bottom in by_phase:
             top_runs, bottom_runs = by_phase[top], by_phase[bottom]

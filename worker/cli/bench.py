@@ -52,8 +52,15 @@ def register(commands: Any) -> None:
         "--broker",
         metavar="URL",
         type=nonempty(str, "use redis://host:port/db"),
-        help="broker and store for the run (default: $EVIDENCE_BENCH_BROKER_URL, "
+        help="broker, and store unless --store, for the run (default: $EVIDENCE_BENCH_BROKER_URL, "
         "else redis://localhost:6379/15)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        type=nonempty(str, "use redis://host:port/db or sqlite:///path"),
+        help="the workers' store, when not the broker's Redis: a Redis Cluster node's URL, "
+        "say (its bytes and CPU per message are reported for Redis stores)",
     )
     parser.add_argument(
         "--phases",
@@ -95,6 +102,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         concurrency=args.concurrency,
         phases=phases,
         broker_url=args.broker or settings.bench_broker_url,
+        store_url=args.store,
     )
     summary = summarize(Bench(config, progress=lambda line: print(line, file=sys.stderr)).run())
     print(json.dumps(summary) if args.json else _table(summary))

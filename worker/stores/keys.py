@@ -198,9 +198,14 @@ class ClusterKeyLayout(KeyLayout):
         record replays the same verdict."""
         return f"{contract}:w:{write_id}"
 
-    def case(self, case_id: str) -> str:
+    def case_in(self, key: str, case_id: str) -> str:
+        """The case index's piece in the shard of `key` (an outcome key): RECORD_LUA indexes a
+        hash under its case in the call that records it, so each shard keeps its own piece."""
+        return f"{key.split('}', 1)[0]}}}:case:{_digest(_json(case_id))}"
+
+    def case_pieces(self, case_id: str) -> list[str]:
         digest = _digest(_json(case_id))
-        return f"{self._in(digest[:2])}:case:{digest}"
+        return [f"{self._in(shard)}:case:{digest}" for shard in _SHARD_NAMES]
 
     def replication_mark_in(self, key: str) -> str:
         """keys.replication_mark_key() in the shard of `key`: a WAIT's mark must be on the

@@ -46,9 +46,10 @@ SCAN_BATCH = 500
 ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in time
 CASE_PAGE = 500  # a case index's members per ZREVRANGE (hashes_for_case)
 
-# The two steps a Redis Cluster's store runs apart from RECORD_LUA (their keys are in other
-# slots), written once for both: each expects the locals `ttl`, `alerts_key`, `max_alerts` and
-# `raised_at` of the script it is part of.
+# Two parts of RECORD_LUA, apart: the case index, and the drift check, which a Redis Cluster's
+# store also runs in a step of its own (DRIFT_LUA in worker/stores/redis_cluster.py: a contract
+# key is in another slot than the hash's). Each expects the locals `ttl`, `alerts_key`,
+# `max_alerts` and `raised_at` of the script it is part of.
 INDEX_FUNCTION = """
 -- Index the hash under its case at `ms` (see above); `since`: the outcome's, 0 when unknown.
 local function index(case_key, input_hash, ms, since)
@@ -104,15 +105,15 @@ end
 # hash, contract hash (keys.contract_key) and case index (keys.case_key) of each attempt in turn.
 # ARGV: attempt bound, ttl (0: none), alert stream bound, the time as JSON (an alert's
 # raised_at), the drifted tail (attempts.DRIFTED_TAIL), steps ('1': this call also checks
-# contract drift, indexes cases and closes ledger entries, as on one Redis; '': a Redis
-# Cluster's store did or does those in steps of their own, in other slots), then per attempt its
+# contract drift and closes ledger entries, as on one Redis; '': a Redis Cluster's store did
+# or does those in steps of their own, in other slots), then per attempt its
 # script_args() (case ID, task ID and time as JSON values, outcome_json(), outcome_members(),
 # shared_head(), drift_tail(), contract version as JSON, required_set_json()), its write id
 # ('' for none), its recorded_at in milliseconds (base.recorded_ms()), without steps what
 # the drift check found (DRIFT_LUA's reply; '' with steps) and the alert order ('' on one
-# Redis; see RedisClusterStore). Without steps, the ledger, task,
-# contract and case keys are only there to keep five keys per attempt (the caller passes keys
-# of the attempt's slot) and are not touched.
+# Redis; see RedisClusterStore). Without steps, the ledger, task and contract keys are only
+# there to keep five keys per attempt (the caller passes keys of the attempt's slot) and are
+# not touched; the case key is then the case index's piece in the hash's shard.
 # Returns, per attempt, {cache, first attempt JSON ('' on a miss), replayed ('' or '1'),
 # alert ('', 'new' for a conflict alerted now, or a replayed write's alert JSON), drift ('':
 # none, '1': drift seen before, or the drift alert's JSON when this write raised it), since
@@ -254,7 +255,7 @@ for i = 1, (#KEYS - 2) / 5 do
     end
     redis.call('RPUSH', attempts_key, entry .. ']')
     redis.call('LTRIM', attempts_key, -bound, -1)
-    if steps and case_id ~= 'null' then index(case_key, input_hash, ms, since) end
+    if case_id ~= 'null' then index(case_key, input_hash, ms, since) end
     if cache == 'miss' and ttl > 0 then
       redis.call('EXPIRE', outcome_key, ttl)
       redis.call('EXPIRE', attempts_key, ttl)
@@ -388,7 +389,7 @@ class RedisStore(RecordOne, RedisLedger):
             MAX_ALERTS,
             to_json(now).decode(),  # raised_at, as pydantic writes it in a whole Alert
             DRIFTED_TAIL,
-            "1",  # steps: drift, case index and ledger close in the same call
+            "1",  # steps: drift and ledger close in the same call
         ]
         keys_of = self.keys
         shared_keys = [keys_of.alert_streams()[0], keys_of.ledgers()[0]]

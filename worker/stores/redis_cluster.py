@@ -6,9 +6,10 @@ A Lua script may only touch keys of one slot, so the cluster's keys are in SHARD
 1. drift: each valid attempt's (contract version, case ID) pair checks its required set in the
    pair's shard (DRIFT_LUA), and notes what it found under the write id for a day, so that a
    worker killed before step 2 replays the same finding;
-2. record: RECORD_LUA without its steps, per hash shard, given what step 1 found;
-3. finish: the case index (INDEX_LUA, in the case's shard), the ledger entry's close (in the
-   task's shard) and the drift note's removal.
+2. record: RECORD_LUA without its steps, per hash shard, given what step 1 found; the case
+   index is kept in pieces, one per shard, each written with its hashes' outcomes;
+3. finish: the ledger entries' close (one call per task, in the task's shard) and the drift
+   notes' removal (one DEL per shard).
 
 Every step is idempotent under the write id, and the worker acknowledges a message only after
 record_many() returned, so a worker killed between steps leaves the message to a redelivery,
@@ -51,8 +52,8 @@ from worker.stores.keys import ClusterKeyLayout
 from worker.stores.ledger import LedgerEntry, task_and_position
 from worker.stores.redis import (
     ATTEMPTS_PER_CALL,
+    CASE_PAGE,
     DRIFT_FUNCTION,
-    INDEX_FUNCTION,
     MAX_ALERTS,
     MAX_DEAD_LETTERS,
     RECORD_LUA,
@@ -99,17 +100,6 @@ end
 return replies
 """
 )
-# KEYS: a case index. ARGV: ttl, input hash, recorded_at in ms, the outcome's since.
-INDEX_LUA = (
-    """
-local ttl = tonumber(ARGV[1])
-"""
-    + INDEX_FUNCTION
-    + """
-index(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
-return 1
-"""
-)
 
 
 @dataclass(frozen=True)
@@ -129,7 +119,6 @@ class Scripts:
         self.sources = {
             "record": RECORD_LUA,
             "drift": DRIFT_LUA,
-            "index": INDEX_LUA,
             "close": CLOSE_LUA,
             "note": NOTE_LUA,
         }
@@ -382,7 +371,7 @@ class RedisClusterStore(RedisStore):
             MAX_ALERTS,
             raised_at,
             DRIFTED_TAIL,
-            "",  # no steps: step 1 checked drift, step 3 indexes and closes
+            "",  # no steps: step 1 checked drift, step 3 closes
         ]
         commands: list[Command] = []
         chunks: list[list[int]] = []
@@ -394,7 +383,9 @@ class RedisClusterStore(RedisStore):
                 for index in chunk:
                     input_hash, attempt = items[index]
                     outcome = self.keys.outcome(input_hash)
-                    keys += (outcome, self.keys.attempts(input_hash), outcome, outcome, outcome)
+                    # No case ID: a key the script does not touch (it is given one per attempt).
+                    case = self.layout.case_in(outcome, attempt.case_id or "")
+                    keys += (outcome, self.keys.attempts(input_hash), outcome, outcome, case)
                     args += script_args(attempt)
                     args += (ids[index] or "", recorded_ms(attempt), found[index], orders[index])
                 commands.append(self.scripts.call("record", keys, args))
@@ -411,32 +402,61 @@ class RedisClusterStore(RedisStore):
         ids: Sequence[str | None],
         replies: list[list[Any]],
     ) -> None:
-        """Step 3: index each case, close each ledger entry, drop each drift note."""
-        commands: list[Command] = []
-        for (input_hash, attempt), write, reply in zip(items, ids, replies, strict=True):
-            if attempt.case_id is not None:
-                commands.append(
-                    self.scripts.call(
-                        "index",
-                        [self.keys.case(attempt.case_id)],
-                        [self.ttl_seconds, input_hash, recorded_ms(attempt), int(reply[5])],
-                    )
-                )
+        """Step 3: close each task's ledger entries, drop the drift notes of each shard."""
+        positions: dict[str, list[int]] = defaultdict(list)
+        memos: dict[str, list[str]] = defaultdict(list)
+        for (_, attempt), write in zip(items, ids, strict=True):
             if write:
                 task_id, position = task_and_position(write)
-                commands.append(self._close(task_id, int(position)))
+                positions[task_id].append(int(position))
                 if required_set_json(attempt):
                     contract = self.keys.contract(attempt.contract_version, attempt.case_id)
-                    memo = self.layout.drift_memo(contract, write)
-                    commands.append(Command(memo, ("DEL", memo)))
+                    memos[self.layout.alerts_in(contract)].append(
+                        self.layout.drift_memo(contract, write)
+                    )
+        commands = [self._close(task_id, *found) for task_id, found in positions.items()]
+        commands += [Command(shard[0], ("DEL", *shard)) for shard in memos.values()]
         self._run(commands)
 
-    def _close(self, task_id: str, position: int | None) -> Command:
+    def _close(self, task_id: str, *positions: int | None) -> Command:
+        """CLOSE_LUA for some of a task's entries (None: all of them)."""
         return self.scripts.call(
             "close",
             [self.keys.ledger_of(task_id), self.keys.ledger_task(task_id)],
-            [task_id, "" if position is None else position],
+            [task_id, *("" if position is None else position for position in positions)],
         )
+
+    def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
+        """The case index's pieces (one per shard) merged newest first, ties the greater hash
+        first as one sorted set orders them, each member checked against its outcome as
+        RedisStore does."""
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)  # type: ignore[no-untyped-call]
+            for piece in self.layout.case_pieces(case_id):
+                pipe.zrange(piece, 0, -1, withscores=True)
+            return cast("list[Any]", pipe.execute())
+
+        members = sorted(
+            ((score, member) for piece in self._call(read) for member, score in piece),
+            reverse=True,
+        )
+        found: list[str] = []
+        for start in range(0, len(members), CASE_PAGE):
+            page = members[start : start + CASE_PAGE]
+
+            def check(page: list[tuple[float, bytes]] = page) -> list[Any]:
+                pipe = self.client.pipeline(transaction=False)  # type: ignore[no-untyped-call]
+                for _, member in page:
+                    pipe.hmget(self.keys.outcome(member.decode()), ["total", "since"])
+                return cast("list[Any]", pipe.execute())
+
+            for (score, member), (total, since) in zip(page, self._call(check), strict=True):
+                if total is not None and score >= int(since or 0):
+                    found.append(member.decode())
+            if limit is not None and len(found) >= limit:
+                break
+        return found if limit is None else found[:limit]
 
     def dead_letter(self, *letters: DeadLetter) -> None:
         if not letters:

@@ -35,11 +35,16 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
 return #KEYS - 1
 """
-# KEYS: the ledger, the task hash. ARGV: task ID, position ('' for every entry of the task).
+# KEYS: the ledger, the task hash. ARGV: task ID, then positions ('' alone: every entry of the
+# task). Returns how many entries it closed.
 CLOSE_LUA = """
 if ARGV[2] ~= '' then
-  redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
-  return redis.call('HDEL', KEYS[2], ARGV[2])
+  local closed = 0
+  for i = 2, #ARGV do
+    redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. ARGV[i])
+    closed = closed + redis.call('HDEL', KEYS[2], ARGV[i])
+  end
+  return closed
 end
 local positions = redis.call('HKEYS', KEYS[2])
 for _, position in ipairs(positions) do redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. position) end
