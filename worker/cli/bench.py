@@ -59,8 +59,8 @@ def register(commands: Any) -> None:
         "--store",
         metavar="URL",
         type=nonempty(str, "use redis://host:port/db or sqlite:///path"),
-        help="the workers' store, when not the broker's Redis: a Redis Cluster node's URL, "
-        "say (its bytes and CPU per message are reported for Redis stores)",
+        help="the workers' store: a Redis Cluster node's URL, say; its bytes and CPU per "
+        "message are reported for a Redis store (default: the broker's Redis)",
     )
     parser.add_argument(
         "--phases",
