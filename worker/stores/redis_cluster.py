@@ -143,6 +143,7 @@ class RedisClusterStore(RedisStore):
         self.min_replicas: int | None = options.get("min_replicas", 0)
         self.replica_timeout_ms: int = options.get("replica_timeout_ms", REPLICA_TIMEOUT_MS)
         self._replicas_of: dict[str, tuple[int, float]] = {}
+        self._refresh_later = False  # an error may mean a new slot map: ask before next write
         self.layout = ClusterKeyLayout(self.prefix)
         self.keys = self.layout
         self.scripts = Scripts(client)
@@ -177,8 +178,6 @@ class RedisClusterStore(RedisStore):
         except TransientError:
             self._refresh_later = True
             raise
-
-    _refresh_later = False
 
     def _node_for(self, key: str) -> ClusterNode:
         return self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))  # type: ignore[no-untyped-call]
