@@ -28,7 +28,7 @@ from tests import factories
 from tests.bad_input import clean_env
 from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import MessageFactory, all_scored, distinct
-from tests.integration.redis_cluster import Cluster, running_cluster
+from tests.integration.redis_cluster import Cluster, free_ports, running_cluster
 from tests.integration.worker_harness import (
     ROOT,
     Line,
@@ -448,7 +448,7 @@ def test_the_store_names_the_cluster_and_score_summarises_on_it(
 def lonely_node(tmp_path: Path) -> Iterator[str]:
     """A cluster-enabled redis-server that was never given a slot: cluster_state:fail."""
     cluster = Cluster(tmp_path)
-    port = harness.free_port()
+    (port,) = free_ports(1)  # its bus port, port + 10000, free too
     node = cluster.start_node(port)
     yield f"redis://127.0.0.1:{port}/0"
     cluster.kill(node)

@@ -103,6 +103,17 @@ return replies
 
 
 @dataclass(frozen=True)
+class Batch:
+    """What record_many() was given, and what every step spells of it once."""
+
+    items: Sequence[tuple[str, Attempt]]
+    ids: Sequence[str | None]
+    spelled: list[tuple[str, ...]]  # script_args() per attempt
+    raised_at: str  # the time as JSON, an alert's raised_at
+    orders: list[str]  # order_of(): the `n` of each attempt's alerts
+
+
+@dataclass(frozen=True)
 class Command:
     """One command for the node that serves `key`'s slot; `script`: its Lua source, when it is
     an EVALSHA the node may not know yet."""
@@ -303,32 +314,30 @@ class RedisClusterStore(RedisStore):
         if not items:
             return []
         ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
-        raised_at = to_json(now).decode()
-        orders = order_of(len(items))
-        found = self._call(lambda: self._check_drift(items, ids, raised_at, orders))
-        replies = self._call(lambda: self._record_shards(items, ids, found, raised_at, orders))
+        batch = Batch(
+            items,
+            ids,
+            spelled=[script_args(attempt) for _, attempt in items],  # once, for both steps
+            raised_at=to_json(now).decode(),
+            orders=order_of(len(items)),
+        )
+        found = self._call(lambda: self._check_drift(batch))
+        replies = self._call(lambda: self._record_shards(batch, found))
         self._call(lambda: self._finish(items, ids, replies))
         return [
             self._recorded(input_hash, attempt, reply[:5], now)
             for (input_hash, attempt), reply in zip(items, replies, strict=True)
         ]
 
-    def _check_drift(
-        self,
-        items: Sequence[tuple[str, Attempt]],
-        ids: Sequence[str | None],
-        raised_at: str,
-        orders: list[str],
-    ) -> list[str]:
+    def _check_drift(self, batch: Batch) -> list[str]:
         """Step 1: what the drift check found per attempt ('' for one it does not apply to)."""
+        items, ids, spelled = batch.items, batch.ids, batch.spelled
         by_shard: dict[str, list[int]] = defaultdict(list)
         contracts: dict[int, str] = {}
-        required: dict[int, str] = {}
         for index, (_, attempt) in enumerate(items):
-            spelled = required_set_json(attempt)
-            if spelled:
+            if spelled[index][8]:  # required_set_json(): a valid row with version and case
                 key = self.keys.contract(attempt.contract_version, attempt.case_id)
-                contracts[index], required[index] = key, spelled
+                contracts[index] = key
                 by_shard[self.layout.alerts_in(key)].append(index)
         commands: list[Command] = []
         chunks: list[list[int]] = []
@@ -336,14 +345,14 @@ class RedisClusterStore(RedisStore):
             for start in range(0, len(indexes), ATTEMPTS_PER_CALL):
                 chunk = indexes[start : start + ATTEMPTS_PER_CALL]
                 keys = [stream]
-                args: list[Any] = [self.ttl_seconds, MAX_ALERTS, raised_at]
+                args: list[Any] = [self.ttl_seconds, MAX_ALERTS, batch.raised_at]
                 for index in chunk:
-                    input_hash, attempt = items[index]
+                    input_hash = items[index][0]
                     write = ids[index] or ""
                     keys += (contracts[index], self.layout.drift_memo(contracts[index], write))
-                    own = script_args(attempt)
-                    args += (required[index], input_hash, own[0], own[1], own[7], write)
-                    args.append(orders[index])
+                    own = spelled[index]
+                    args += (own[8], input_hash, own[0], own[1], own[7], write)
+                    args.append(batch.orders[index])
                 commands.append(self.scripts.call("drift", keys, args))
                 chunks.append(chunk)
         found = [""] * len(items)
@@ -352,15 +361,9 @@ class RedisClusterStore(RedisStore):
                 found[index] = text.decode() if isinstance(text, bytes) else str(text)
         return found
 
-    def _record_shards(
-        self,
-        items: Sequence[tuple[str, Attempt]],
-        ids: Sequence[str | None],
-        found: list[str],
-        raised_at: str,
-        orders: list[str],
-    ) -> list[list[Any]]:
+    def _record_shards(self, batch: Batch, found: list[str]) -> list[list[Any]]:
         """Step 2: RECORD_LUA per hash shard, in the batch's order within each shard."""
+        items, ids, spelled = batch.items, batch.ids, batch.spelled
         by_shard: dict[str, list[int]] = defaultdict(list)
         for index, (input_hash, _) in enumerate(items):
             by_shard[self.layout.alerts_in(self.keys.outcome(input_hash))].append(index)
@@ -368,7 +371,7 @@ class RedisClusterStore(RedisStore):
             self.max_attempts_per_hash,
             self.ttl_seconds,
             MAX_ALERTS,
-            raised_at,
+            batch.raised_at,
             DRIFTED_TAIL,
             "",  # no steps: step 1 checked drift, step 3 closes
         ]
@@ -385,8 +388,13 @@ class RedisClusterStore(RedisStore):
                     # No case ID: a key the script does not touch (it is given one per attempt).
                     case = self.layout.case_in(outcome, attempt.case_id or "")
                     keys += (outcome, self.keys.attempts(input_hash), outcome, outcome, case)
-                    args += script_args(attempt)
-                    args += (ids[index] or "", recorded_ms(attempt), found[index], orders[index])
+                    args += spelled[index]
+                    args += (
+                        ids[index] or "",
+                        recorded_ms(attempt),
+                        found[index],
+                        batch.orders[index],
+                    )
                 commands.append(self.scripts.call("record", keys, args))
                 chunks.append(chunk)
         replies: list[list[Any]] = [[] for _ in items]
