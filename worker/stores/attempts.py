@@ -145,10 +145,22 @@ def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
 def whole(attempt: Attempt) -> str:
     """The whole attempt as one JSON object: how a first attempt is kept (RECORD_LUA builds the
     same string from script_args())."""
-    case_id, task_id, recorded_at = own_json(attempt)
+    return _whole(own_json(attempt), attempt, shared_json(attempt))
+
+
+def first_rows(attempt: Attempt) -> tuple[str, str, str, str]:
+    """What a store keeps of a first attempt: whole(), outcome_json(), shared_json() and its own
+    entry (entry() of an attempt that agrees with itself), each piece spelled once: the shared
+    fields are most of an attempt's spelling, and a new input hash needs all four."""
+    own, shared = own_json(attempt), shared_json(attempt)
+    return _whole(own, attempt, shared), outcome_json(attempt), shared, f"[{','.join(own)}]"
+
+
+def _whole(own: tuple[str, str, str], attempt: Attempt, shared: str) -> str:
+    case_id, task_id, recorded_at = own
     return (
         f'{{"case_id":{case_id},"task_id":{task_id},"recorded_at":{recorded_at},'
-        f"{outcome_members(attempt)},{shared_json(attempt)}}}"
+        f"{outcome_members(attempt)},{shared}}}"
     )
 
 
