@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from contracts.messages import AttributionResult, Citation
 from contracts.outcomes import Decision, Owner
+from contracts.trusted import trusted
 
 FindingName = Literal[
     "cited_document_not_retrieved",
@@ -176,12 +177,15 @@ def _missing(
     found = [document for document in expected if document in retrieved]
     if expected and not found:
         return _finding(claim, "evidence_not_retrieved", expected)
-    return Finding(
-        claim_id=claim,
-        finding="not_cited",
-        owner=OWNER_OF["not_cited"],
-        document_ids=found,
-        evidence_retrieved=True if found else None,
+    return trusted(
+        Finding,
+        {
+            "claim_id": claim,
+            "finding": "not_cited",
+            "owner": OWNER_OF["not_cited"],
+            "document_ids": found,
+            "evidence_retrieved": True if found else None,
+        },
     )
 
 
@@ -202,7 +206,19 @@ def _valid_span(citation: Citation, answer_length: int) -> bool:
 
 
 def _finding(claim: str, name: FindingName, document_ids: list[str]) -> Finding:
-    return Finding(claim_id=claim, finding=name, owner=OWNER_OF[name], document_ids=document_ids)
+    """A finding from triage's own values (a claim ID of the message's, a document ID list
+    made for this finding alone), built without validating them again (contracts.trusted):
+    several per message."""
+    return trusted(
+        Finding,
+        {
+            "claim_id": claim,
+            "finding": name,
+            "owner": OWNER_OF[name],
+            "document_ids": document_ids,
+            "evidence_retrieved": None,
+        },
+    )
 
 
 _FINDINGS: Final[TypeAdapter[list[Finding]]] = TypeAdapter(list[Finding])
