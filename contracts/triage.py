@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict
 
 from contracts.messages import AttributionResult, Citation
 from contracts.outcomes import Decision, Owner
@@ -221,14 +221,11 @@ def _finding(claim: str, name: FindingName, document_ids: list[str]) -> Finding:
     )
 
 
-_FINDINGS: Final[TypeAdapter[list[Finding]]] = TypeAdapter(list[Finding])
-
-
 def findings_json(findings: list[Finding]) -> list[dict[str, Any]]:
-    """Findings as JSON values (a log line, a gate row), in one call rather than one per
-    finding: every scored message's line carries them."""
-    dumped: list[dict[str, Any]] = _FINDINGS.dump_python(findings, mode="json")
-    return dumped
+    """Findings as JSON values (a log line, a gate row): each one's field values, which are
+    JSON values already (text, a list of text, a bool or None), in its field order, copied;
+    what model_dump(mode="json") gives, without its walk: every scored line carries them."""
+    return [dict(finding.__dict__) for finding in findings]
 
 
 def row_owner(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import uuid
 from collections.abc import Iterable
@@ -63,6 +64,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     tally = Tally()
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
+        # As the worker's pool does (worker/runtime/pool.py): what is alive now (modules,
+        # pydantic schemas) lives as long as the process; unfrozen, every full collection
+        # re-scans it while the messages' objects come and go.
+        gc.collect()
+        gc.freeze()
         try:
             score_lines(source, service=service, tally=tally, progress=progress)
         except KeyboardInterrupt:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
+from typing import NamedTuple
 
 from contracts import (
     METRIC_VERSION,
@@ -76,9 +77,11 @@ def score(message: AttributionResult) -> tuple[str, Outcome]:
     return input_hash(message), judging.outcome_of(message)
 
 
-@dataclass(frozen=True)
-class Judged:
-    """One message scored and judged under the process's policy, before it is recorded."""
+class Judged(NamedTuple):
+    """One message scored and judged under the process's policy, before it is recorded.
+
+    A tuple, not a frozen dataclass: one per message, and a frozen dataclass's __init__ sets
+    each field through object.__setattr__."""
 
     message: AttributionResult
     delivery: Delivery
