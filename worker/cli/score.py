@@ -65,8 +65,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
         # As the worker's pool does (worker/runtime/pool.py): what is alive now (modules,
-        # pydantic schemas) lives as long as the process; unfrozen, every full collection
-        # re-scans it while the messages' objects come and go.
+        # pydantic schemas) outlives the scoring; unfrozen, every full collection re-scans it
+        # while the messages' objects come and go. Thawed after, for a caller in-process.
         gc.collect()
         gc.freeze()
         try:
@@ -80,6 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
             return INTERRUPTED
         finally:
+            gc.unfreeze()
             service.close()
     progress.finish()
     if tally.total == 0:
