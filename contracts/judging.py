@@ -15,6 +15,7 @@ from contracts.outcomes import Decision, Outcome
 from contracts.policy import DEFAULT_GROUP, Policy, decide
 from contracts.records import Attempt
 from contracts.triage import Triage, release_row_triage, row_owner, triage
+from contracts.trusted import trusted
 
 
 class Judgement(NamedTuple):
@@ -33,7 +34,7 @@ class Judgement(NamedTuple):
 def outcome_of(row: ReleaseRow) -> Outcome:
     """The metric's outcome for a row's claim lists (SPEC §1)."""
     value, reason = score_pair(row.required_claim_ids, row.supported_claim_ids)
-    return Outcome(value=value, reason=reason)
+    return trusted(Outcome, {"value": value, "reason": reason})  # a float or None, and text
 
 
 def judge(

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 import tomllib
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from contracts.outcomes import Decision, Outcome
+from contracts.outcomes import Decision, Outcome, Owner, Status
+from contracts.trusted import trusted
 
 DEFAULT_GROUP = "default"
-INVALID_OWNER = "evaluation-data"
-FAIL_OWNER = "product"
+INVALID_OWNER: Final[Owner] = "evaluation-data"
+FAIL_OWNER: Final[Owner] = "product"
 
 
 class PolicyError(ValueError):
@@ -123,51 +124,39 @@ def decide(
     contract_version: str | None,
 ) -> Decision:
     """Turn a metric outcome into a decision; with no policy, valid rows are only `scored`."""
-    common = {
-        "policy_group": policy_group,
-        "blocking": blocking,
-        "contract_version": contract_version,
-        "policy_version": policy.version if policy else None,
-    }
-    if outcome.value is None:
-        return Decision(
-            status="invalid",
-            value=None,
-            reason=outcome.reason,
-            threshold=None,
-            owner=INVALID_OWNER,
-            **common,
-        )
-    if policy is None:
-        return Decision(
-            status="scored",
-            value=outcome.value,
-            reason=outcome.reason,
-            threshold=None,
-            owner=None,
-            **common,
-        )
-    group = policy.groups.get(policy_group)
-    if group is None:
+    value = outcome.value
+    reason = outcome.reason
+    threshold = None
+    if value is None:
+        status: Status = "invalid"
+    elif policy is None:
+        status = "scored"
+    elif (group := policy.groups.get(policy_group)) is None:
         known = ",".join(sorted(policy.groups))
+        status, value = "invalid", None
         reason = (
             f"policy_group {policy_group!r} is not defined in policy "
             f"{policy.version} (groups: {known})"
         )
-        return Decision(
-            status="invalid",
-            value=None,
-            reason=reason,
-            threshold=None,
-            owner=INVALID_OWNER,
-            **common,
-        )
-    passed = outcome.value >= group.threshold
-    return Decision(
-        status="pass" if passed else "fail",
-        value=outcome.value,
-        reason=outcome.reason,
-        threshold=group.threshold,
-        owner=None if passed else FAIL_OWNER,
-        **common,
+    else:
+        threshold = group.threshold
+        status = "pass" if value >= threshold else "fail"
+    owner: Owner | None = (
+        INVALID_OWNER if status == "invalid" else FAIL_OWNER if status == "fail" else None
+    )
+    # Every value is the outcome's, the caller's (typed) or the policy's, all validated: the
+    # decision is built without validating them again (contracts.trusted), once per message.
+    return trusted(
+        Decision,
+        {
+            "status": status,
+            "value": value,
+            "reason": reason,
+            "contract_version": contract_version,
+            "policy_group": policy_group,
+            "policy_version": policy.version if policy else None,
+            "threshold": threshold,
+            "blocking": blocking,
+            "owner": owner,
+        },
     )

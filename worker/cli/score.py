@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import uuid
 from collections.abc import Iterable
@@ -65,6 +66,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
         store_name = describe_store(service.store, url)
+        # As the worker's pool does (worker/runtime/pool.py): what is alive now (modules,
+        # pydantic schemas) outlives the scoring; unfrozen, every full collection re-scans it
+        # while the messages' objects come and go. Thawed after, for a caller in-process.
+        gc.collect()
+        gc.freeze()
         try:
             score_lines(source, service=service, tally=tally, progress=progress)
         except KeyboardInterrupt:
@@ -76,6 +82,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
             return INTERRUPTED
         finally:
+            gc.unfreeze()
             service.close()
     progress.finish()
     if tally.total == 0:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
+from typing import NamedTuple
 
 from contracts import (
     METRIC_VERSION,
@@ -25,9 +26,10 @@ from contracts import (
     judging,
 )
 from contracts.policy import INVALID_OWNER
-from contracts.records import REJECTED, SCORED, ContractDriftAlert
+from contracts.records import REJECTED, SCORED, ContractDriftAlert, KeptCitation
 from contracts.trace_ids import checked_trace_id
 from contracts.triage import Triage, row_owner
+from contracts.trusted import trusted
 from worker.pipeline.intake import case_id_of, storable
 from worker.pipeline.redaction import excerpt
 from worker.stores import OutcomeStore, Recorded
@@ -75,9 +77,11 @@ def score(message: AttributionResult) -> tuple[str, Outcome]:
     return input_hash(message), judging.outcome_of(message)
 
 
-@dataclass(frozen=True)
-class Judged:
-    """One message scored and judged under the process's policy, before it is recorded."""
+class Judged(NamedTuple):
+    """One message scored and judged under the process's policy, before it is recorded.
+
+    A tuple, not a frozen dataclass: one per message, and a frozen dataclass's __init__ sets
+    each field through object.__setattr__."""
 
     message: AttributionResult
     delivery: Delivery
@@ -93,50 +97,59 @@ def judge(message: AttributionResult, delivery: Delivery, policy: Policy | None)
     return Judged(message, delivery, input_hash(message), outcome, decision, found)
 
 
-def kept_citations(
-    message: AttributionResult, excerpt_chars: int | None
-) -> list[dict[str, object]]:
-    """The message's citations as an attempt keeps them (Attempt validates them into
-    KeptCitation), each with its excerpt when `excerpt_chars` is set (EVIDENCE_KEEP_EXCERPTS)."""
-    # A citation's field values (its __dict__) validated once by Attempt's own validator:
-    # a KeptCitation built apiece costs a Python __init__ each.
+def kept_citations(message: AttributionResult, excerpt_chars: int | None) -> list[KeptCitation]:
+    """The message's citations as an attempt keeps them, each with its excerpt when
+    `excerpt_chars` is set (EVIDENCE_KEEP_EXCERPTS). Built from the validated citations'
+    field values without validating them again (contracts.trusted): one per citation."""
     if excerpt_chars is None:
-        return [citation.__dict__ for citation in message.citations]
+        return [trusted(KeptCitation, {**c.__dict__, "excerpt": None}) for c in message.citations]
     return [
-        {
-            **citation.__dict__,
-            "excerpt": excerpt(message.answer, citation.answer_span, excerpt_chars),
-        }
+        trusted(
+            KeptCitation,
+            {
+                **citation.__dict__,
+                "excerpt": excerpt(message.answer, citation.answer_span, excerpt_chars),
+            },
+        )
         for citation in message.citations
     ]
 
 
 def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = None) -> Attempt:
-    message, found = judged.message, judged.triage
-    return Attempt(
-        case_id=message.case_id,
-        task_id=judged.delivery.task_id,
-        required_claim_ids=message.required_claim_ids,
-        supported_claim_ids=message.supported_claim_ids,
-        value=judged.outcome.value,
-        reason=judged.outcome.reason,
-        recorded_at=now,
-        metric_version=METRIC_VERSION,
-        ragas_version=RAGAS_VERSION,
-        worker_version=WORKER_VERSION,
-        redelivered=judged.delivery.redelivered,
-        contract_version=message.contract_version,
-        citations=kept_citations(message, excerpt_chars),
-        missing_claim_ids=found.missing_claim_ids,
-        findings=found.findings,
-        # A context's document ID may hold a lone surrogate (a legal JSON escape): stores keep
-        # UTF-8, so it is kept as its \udXXX text.
-        retrieved_document_ids=[
-            storable(document)
-            for document in dict.fromkeys(c.document_id for c in message.contexts)
-        ],
-        policy_group=message.policy_group,
-        owner=found.owner,
+    """The attempt a store keeps of a judged message, in Attempt's field order, built without
+    validating again what the message, the metric and triage have made (contracts.trusted);
+    its lists are its own, as validation would copy them."""
+    message, found, delivery = judged.message, judged.triage, judged.delivery
+    return trusted(
+        Attempt,
+        {
+            "case_id": message.case_id,
+            "task_id": delivery.task_id,
+            "required_claim_ids": list(message.required_claim_ids),
+            "supported_claim_ids": list(message.supported_claim_ids),
+            "value": judged.outcome.value,
+            "reason": judged.outcome.reason,
+            "recorded_at": now,
+            "metric_version": METRIC_VERSION,
+            "ragas_version": RAGAS_VERSION,
+            "worker_version": WORKER_VERSION,
+            "redelivered": delivery.redelivered,
+            "contract_version": message.contract_version,
+            "citations": kept_citations(message, excerpt_chars),
+            "missing_claim_ids": None
+            if found.missing_claim_ids is None
+            else list(found.missing_claim_ids),
+            "findings": list(found.findings),
+            # A context's document ID may hold a lone surrogate (a legal JSON escape): stores
+            # keep UTF-8, so it is kept as its \udXXX text.
+            "retrieved_document_ids": [
+                storable(document)
+                for document in dict.fromkeys(c.document_id for c in message.contexts)
+            ],
+            "policy_group": message.policy_group,
+            "contract_drift": False,
+            "owner": found.owner,
+        },
     )
 
 
@@ -175,32 +188,47 @@ def build_record(
         decision, found = judge_first(message, recorded.first, canonical, policy)
     repeat = recorded.cache != "miss"
     trace_id, trace_warning = checked_trace_id(message.trace_id)
-    fields = decision.__dict__.copy()  # its field values: what model_dump() would copy
-    fields["owner"] = (
+    owner = (
         row_owner(decision, found.findings, contract_drift=True, release_rule=False)
         if recorded.contract_drift
         else found.owner
     )
-    return ScoreRecord(
-        event=SCORED,
-        case_id=message.case_id,
-        input_hash=judged.input_hash,
-        metric_version=METRIC_VERSION,
-        ragas_version=RAGAS_VERSION,
-        worker_version=WORKER_VERSION,
-        cache=recorded.cache,
-        missing_claim_ids=found.missing_claim_ids,
-        findings=found.findings,
-        contract_drift=recorded.contract_drift,
-        observed_value=observed.value if repeat else None,
-        observed_reason=observed.reason if repeat else None,
-        task_id=delivery.task_id,
-        trace_id=trace_id,
-        warnings=[] if trace_warning is None else [trace_warning],
-        produced_at=message.produced_at,
-        recorded_at=now,
-        line=delivery.line,
-        **fields,
+    # ScoreRecord's fields in its order (the log line's), from the message, the decision and
+    # triage: built without validating them again (contracts.trusted), once per message.
+    return trusted(
+        ScoreRecord,
+        {
+            "event": SCORED,
+            "case_id": message.case_id,
+            "input_hash": judged.input_hash,
+            "contract_version": decision.contract_version,
+            "metric_version": METRIC_VERSION,
+            "ragas_version": RAGAS_VERSION,
+            "worker_version": WORKER_VERSION,
+            "value": decision.value,
+            "reason": decision.reason,
+            "status": decision.status,
+            "policy_group": decision.policy_group,
+            "policy_version": decision.policy_version,
+            "threshold": decision.threshold,
+            "blocking": decision.blocking,
+            "owner": owner,
+            "cache": recorded.cache,
+            "missing_claim_ids": None
+            if found.missing_claim_ids is None
+            else list(found.missing_claim_ids),
+            "findings": list(found.findings),
+            "contract_drift": recorded.contract_drift,
+            "observed_value": observed.value if repeat else None,
+            "observed_reason": observed.reason if repeat else None,
+            "task_id": delivery.task_id,
+            "duration_ms": None,
+            "trace_id": trace_id,
+            "produced_at": message.produced_at,
+            "recorded_at": now,
+            "line": delivery.line,
+            "warnings": [] if trace_warning is None else [trace_warning],
+        },
     )
 
 

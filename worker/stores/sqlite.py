@@ -20,10 +20,10 @@ from worker.stores.attempts import (
     Expander,
     drifted,
     entry,
+    first_rows,
     required_set_json,
     same_shared_fields,
     shared_json,
-    whole,
 )
 from worker.stores.base import (
     DeadLetter,
@@ -186,10 +186,6 @@ class _Outcome:
     outcome: str | None  # the first's outcome_json(), None when not stored (version 0 rows)
     shared: str | None  # the first's shared_json(), likewise
 
-    @classmethod
-    def new(cls, outcome_id: int, attempt: Attempt, expires_at: str | None) -> _Outcome:
-        return cls(outcome_id, 1, attempt, expires_at, outcome_json(attempt), shared_json(attempt))
-
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and datetime.fromisoformat(self.expires_at) <= now
 
@@ -317,6 +313,9 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         writes: list[tuple[int, str, int, str, str | None]] = []
         cases: list[tuple[str | None, int, int]] = []
         alerts: list[str] = []
+        # Each (contract version, case ID)'s first required set, as the batch starts one: the
+        # batch reads the table once, before its loop, so the rows can wait for its end.
+        firsts: list[tuple[str, str, str, str, str | None, str | None]] = []
         counted: set[int] = set()
         db = self._db
         with immediate(db):
@@ -346,35 +345,23 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                     results.append(_replayed(outcome, *kept))
                     continue
                 drift = self._drift(
-                    input_hash, given, contracts, alerts=alerts, now=now, expires_at=expires_at
+                    input_hash,
+                    given,
+                    contracts,
+                    alerts=alerts,
+                    firsts=firsts,
+                    now=now,
+                    expires_at=expires_at,
                 )
                 attempt = drifted(given) if drift else given
                 if outcome is not None and outcome.expired(now):
-                    # A new first outcome starts a new history. No entry of the old one is
-                    # pending: an earlier item under this hash would have restarted it already.
-                    for table in ("attempts", "writes", "conflicts_alerted", "case_hashes"):
-                        db.execute(f"DELETE FROM {table} WHERE outcome_id = ?", (outcome.id,))
                     known = {key: found for key, found in known.items() if key[0] != outcome.id}
-                    outcome = outcomes[input_hash] = _Outcome.new(outcome.id, attempt, expires_at)
-                    db.execute(
-                        "UPDATE outcomes SET first_attempt = ?, total_attempts = 1,"
-                        " expires_at = ?, outcome = ?, shared = ? WHERE id = ?",
-                        (whole(attempt), expires_at, outcome.outcome, outcome.shared, outcome.id),
-                    )
                     counted.discard(outcome.id)
+                    outcome, own = self._first(input_hash, attempt, expires_at, outcome.id)
+                    outcomes[input_hash] = outcome
                 elif outcome is None:
-                    (outcome_id,) = db.execute(
-                        "INSERT INTO outcomes (input_hash, first_attempt, total_attempts,"
-                        " expires_at, outcome, shared) VALUES (?, ?, 1, ?, ?, ?) RETURNING id",
-                        (
-                            input_hash,
-                            whole(attempt),
-                            expires_at,
-                            outcome_json(attempt),
-                            shared_json(attempt),
-                        ),
-                    ).fetchone()
-                    outcome = outcomes[input_hash] = _Outcome.new(outcome_id, attempt, expires_at)
+                    outcome, own = self._first(input_hash, attempt, expires_at, None)
+                    outcomes[input_hash] = outcome
                 else:
                     outcome.total += 1
                     counted.add(outcome.id)
@@ -393,7 +380,7 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                     continue
                 cases.append((attempt.case_id, outcome.id, recorded_ms(attempt)))
                 results.append(_marked(Recorded(cache="miss", first=attempt), drift))
-                entries.append((outcome.id, entry(attempt, same_outcome=True, same_shared=True)))
+                entries.append((outcome.id, own))
                 if write_id:
                     known[outcome.id, write_id] = ("miss", drift or None)
                     writes.append((outcome.id, write_id, 1, "miss", drift or None))
@@ -404,8 +391,35 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                 alerts,
                 ids,
                 cases=cases,
+                firsts=firsts,
             )
         return results
+
+    def _first(
+        self, input_hash: str, attempt: Attempt, expires_at: str | None, expired: int | None
+    ) -> tuple[_Outcome, str]:
+        """A hash's first attempt, kept in a new outcomes row or in the `expired` one's (its
+        id), and the attempt's own entry."""
+        first, outcome_text, shared, own = first_rows(attempt)
+        db = self._db
+        if expired is None:
+            (outcome_id,) = db.execute(
+                "INSERT INTO outcomes (input_hash, first_attempt, total_attempts,"
+                " expires_at, outcome, shared) VALUES (?, ?, 1, ?, ?, ?) RETURNING id",
+                (input_hash, first, expires_at, outcome_text, shared),
+            ).fetchone()
+        else:
+            # A new first outcome starts a new history. No entry of the old one is pending:
+            # an earlier item under this hash would have restarted it already.
+            for table in ("attempts", "writes", "conflicts_alerted", "case_hashes"):
+                db.execute(f"DELETE FROM {table} WHERE outcome_id = ?", (expired,))
+            db.execute(
+                "UPDATE outcomes SET first_attempt = ?, total_attempts = 1,"
+                " expires_at = ?, outcome = ?, shared = ? WHERE id = ?",
+                (first, expires_at, outcome_text, shared, expired),
+            )
+            outcome_id = expired
+        return _Outcome(outcome_id, 1, attempt, expires_at, outcome_text, shared), own
 
     def _contracts(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _Contract]:
         """The first required sets kept for these (contract version, case ID) pairs."""
@@ -433,12 +447,14 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         contracts: dict[tuple[str, str], _Contract],
         *,
         alerts: list[str],
+        firsts: list[tuple[str, str, str, str, str | None, str | None]],
         now: datetime,
         expires_at: str | None,
     ) -> str:
         """Contract drift for one attempt, as RECORD_LUA's drift(): "" when it keeps its
-        pair's first required set (or starts it), "1" for a drift alerted before, or the
-        JSON of the drift alert raised now (appended to `alerts`)."""
+        pair's first required set (or starts it: its row appended to `firsts`, written with
+        the batch's other rows), "1" for a drift alerted before, or the JSON of the drift
+        alert raised now (appended to `alerts`)."""
         required = required_set_json(attempt)
         if not required or attempt.contract_version is None or attempt.case_id is None:
             return ""
@@ -449,11 +465,7 @@ class SQLiteStore(RecordOne, SQLiteLedger):
             if first is not None:  # its drifts go with it, as the Redis hash's fields do
                 db.execute("DELETE FROM drifts WHERE contract_version = ? AND case_id = ?", pair)
             contracts[pair] = _Contract(required, input_hash, attempt.task_id, expires_at)
-            db.execute(
-                "INSERT OR REPLACE INTO contracts (contract_version, case_id, required,"
-                " input_hash, task_id, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (*pair, required, input_hash, attempt.task_id, expires_at),
-            )
+            firsts.append((*pair, required, input_hash, attempt.task_id, expires_at))
             return ""
         if first.required == required:
             return ""
@@ -565,12 +577,19 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         write_ids: Sequence[str | None],
         *,
         cases: list[tuple[str | None, int, int]],
+        firsts: list[tuple[str, str, str, str, str | None, str | None]],
     ) -> None:
         """The batch's rows, and the close of its write ids' ledger entries. `cases`: each
         attempt's (case ID, outcome id, recorded_ms()); a case keeps the time it first
-        recorded the hash (in the hash's history: a new one drops the old one's rows)."""
+        recorded the hash (in the hash's history: a new one drops the old one's rows).
+        `firsts`: the contracts rows the batch started, in order."""
         db = self._db
         self._close(write_ids)
+        db.executemany(
+            "INSERT OR REPLACE INTO contracts (contract_version, case_id, required,"
+            " input_hash, task_id, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+            firsts,
+        )
         db.executemany(
             "INSERT OR IGNORE INTO case_hashes (case_id, outcome_id, recorded_ms) VALUES (?, ?, ?)",
             [case for case in cases if case[0] is not None],

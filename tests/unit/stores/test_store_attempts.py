@@ -20,11 +20,13 @@ from worker.stores.attempts import (
     OWN_FIELDS,
     SHARED_FIELDS,
     Expander,
+    _shared_head_spelled,
     drifted,
     entry,
     required_set_json,
     same_shared_fields,
     script_args,
+    shared_head,
     shared_json,
     whole,
 )
@@ -352,3 +354,46 @@ def test_only_a_valid_attempt_with_a_contract_and_a_case_is_checked_for_drift(
     changes: dict[str, Any],
 ) -> None:
     assert required_set_json(attempt(1, **{"contract_version": "c", **changes})) == ""
+
+
+# Any text, lone surrogates (legal JSON escapes) included.
+any_texts = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF) | st.characters())
+
+
+@given(
+    st.lists(
+        st.tuples(
+            any_texts,
+            any_texts,
+            st.integers(),
+            st.integers(-(2**63), 2**63),
+            st.none() | any_texts,
+        ),
+        max_size=4,
+    ),
+    st.lists(any_texts, max_size=3),
+)
+def test_shared_json_is_the_python_spelling_whatever_the_text(
+    citations: list[tuple[str, str, int, int, str | None]], supported: list[str]
+) -> None:
+    """orjson's spelling of the shared fields is the Python one; lone surrogates and integers
+    beyond 64 bits, which orjson refuses, take the Python one."""
+    kept = [
+        {"claim_id": c, "document_id": d, "answer_span": [a, b], "excerpt": e}
+        for c, d, a, b, e in citations
+    ]
+    later = attempt(2, **TRIAGED).model_copy(
+        update={"citations": attempt(2, citations=kept).citations, "supported_claim_ids": supported}
+    )
+
+    assert shared_head(later) == _shared_head_spelled(later)
+
+
+def test_shared_json_of_a_lone_surrogate_is_its_python_spelling() -> None:
+    """orjson refuses a lone surrogate; the Python spelling keeps it as json.dumps does."""
+    later = attempt(
+        2, citations=[{"claim_id": "a", "document_id": "d\udc80", "answer_span": [0, 1]}]
+    )
+
+    assert '"document_id":"d\udc80"' in shared_json(later)
+    assert shared_head(later) == _shared_head_spelled(later)
