@@ -224,21 +224,11 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
             store.close()
 
     def store_description(self) -> str:
-        """The store as the start line names it (stores.describe()): a Redis Cluster says so,
-        with its masters; a store that cannot be opened now is named by its URL."""
-        from worker.errors import TransientError
-        from worker.settings import masked_url
-        from worker.stores import describe, open_store
+        """The store as the start line names it (stores.describe_url()): a Redis Cluster
+        says so, with its masters."""
+        from worker.stores import describe_url
 
-        url = self.settings.result_store_url
-        try:
-            store = open_store(url, self.settings)
-        except (ConfigurationError, TransientError):  # said again, and refused, before ready
-            return masked_url(url)
-        try:
-            return describe(store, url)
-        finally:
-            store.close()
+        return describe_url(self.settings.result_store_url, self.settings)
 
     def close_service(self) -> None:
         if self._service is not None and self._service_pid == os.getpid():

@@ -34,6 +34,7 @@ __all__ = [
     "ResultStore",
     "classify",
     "describe",
+    "describe_url",
     "open_store",
     "outcome_json",
 ]
@@ -49,6 +50,24 @@ def describe(store: ResultStore, url: str) -> str:
 
     inner = getattr(store, "inner", store)  # a DurableStore names what it wraps
     return getattr(inner, "description", None) or masked_url(url)
+
+
+def describe_url(url: str, settings: Settings) -> str:
+    """describe() of the store at `url` without opening it: one question to a Redis server
+    (the worker's start line, before the worker opens its store); its URL when it cannot
+    say."""
+    from worker.settings import masked_url
+
+    if not url.startswith(("redis://", "rediss://")):
+        return masked_url(url)
+    from worker.stores.redis_cluster import cluster_name
+
+    options = settings.redis_tls_options() if url.startswith("rediss://") else None
+    try:
+        masters = _cluster_masters(url, options)
+    except ConfigurationError:  # said again, and refused, before the worker is ready
+        return masked_url(url)
+    return masked_url(url) if masters is None else cluster_name(url, masters)
 
 
 def open_store(url: str, settings: Settings) -> ResultStore:
@@ -113,8 +132,23 @@ def open_store(url: str, settings: Settings) -> ResultStore:
 
 def _is_cluster(url: str, db: int, client_options: Mapping[str, Any] | None) -> bool:
     """Whether the server at `url` is a node of a Redis Cluster (asked once, as the store
-    opens). A server that does not answer now is taken for a single Redis, whose store waits
-    for it as for any outage; a cluster the store could not use is a ConfigurationError."""
+    opens); a cluster the store could not use is a ConfigurationError."""
+    from worker.settings import masked_url
+
+    masters = _cluster_masters(url, client_options)
+    if masters is not None and db != 0:
+        raise ConfigurationError(
+            f"store URL {masked_url(url)} names database {db}, but a Redis Cluster has "
+            "database 0 only: drop the /N from the URL (or use /0) and choose the keys "
+            "with EVIDENCE_KEY_PREFIX"
+        )
+    return masters is not None
+
+
+def _cluster_masters(url: str, client_options: Mapping[str, Any] | None) -> int | None:
+    """The masters of the Redis Cluster the server at `url` is a node of; None for a single
+    Redis, and for a server that does not answer now, which is taken for a single Redis whose
+    store waits for it as for any outage."""
     import redis
 
     from worker.settings import masked_url
@@ -125,22 +159,15 @@ def _is_cluster(url: str, db: int, client_options: Mapping[str, Any] | None) -> 
     )
     probe.connection_pool.connection_kwargs["db"] = 0  # a cluster node refuses SELECT
     try:
-        masters = cluster_masters(probe, masked_url(url))
+        return cluster_masters(probe, masked_url(url))
     except redis.AuthenticationError as error:
         raise ConfigurationError(
             f"store {masked_url(url)}: Redis refused the login: {error}"
         ) from None
     except redis.RedisError:
-        return False
+        return None
     finally:
         probe.close()
-    if masters is not None and db != 0:
-        raise ConfigurationError(
-            f"store URL {masked_url(url)} names database {db}, but a Redis Cluster has "
-            "database 0 only: drop the /N from the URL (or use /0) and choose the keys "
-            "with EVIDENCE_KEY_PREFIX"
-        )
-    return masters is not None
 
 
 def _check_sqlite_path(path: Path) -> None:

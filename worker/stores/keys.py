@@ -176,6 +176,11 @@ class ClusterKeyLayout(KeyLayout):
     def _in(self, shard: str) -> str:
         return f"{self.prefix}:{{{shard}}}"
 
+    @staticmethod
+    def _beside(key: str) -> str:
+        """The `<prefix>:{<shard>}` part of a key: what names another key in its shard."""
+        return f"{key.split('}', 1)[0]}}}"
+
     def outcome(self, input_hash: str) -> str:
         return f"{self._in(shard_of(input_hash))}:{{{input_hash}}}:outcome"
 
@@ -201,7 +206,7 @@ class ClusterKeyLayout(KeyLayout):
     def case_in(self, key: str, case_id: str) -> str:
         """The case index's piece in the shard of `key` (an outcome key): RECORD_LUA indexes a
         hash under its case in the call that records it, so each shard keeps its own piece."""
-        return f"{key.split('}', 1)[0]}}}:case:{_digest(_json(case_id))}"
+        return f"{self._beside(key)}:case:{_digest(_json(case_id))}"
 
     def case_pieces(self, case_id: str) -> list[str]:
         digest = _digest(_json(case_id))
@@ -210,11 +215,11 @@ class ClusterKeyLayout(KeyLayout):
     def replication_mark_in(self, key: str) -> str:
         """keys.replication_mark_key() in the shard of `key`: a WAIT's mark must be on the
         master that took the writes it covers."""
-        return f"{key.split('}', 1)[0]}}}:replication-mark"
+        return f"{self._beside(key)}:replication-mark"
 
     def alerts_in(self, key: str) -> str:
         """The alert stream in the shard of `key` (an outcome or contract key)."""
-        return f"{key.split('}', 1)[0]}}}:alerts"
+        return f"{self._beside(key)}:alerts"
 
     def alert_streams(self) -> list[str]:
         return [f"{self._in(shard)}:alerts" for shard in _SHARD_NAMES]

@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import redis
@@ -59,7 +59,7 @@ from worker.stores.redis import (
     RECORD_LUA,
     RedisStore,
 )
-from worker.stores.redis_ledger import CLOSE_LUA, NOTE_LUA, _ms
+from worker.stores.redis_ledger import CLOSE_LUA, NOTE_LUA
 from worker.stores.replicas import MARK_TTL_SECONDS, check_wait, connected_replicas
 
 T = TypeVar("T")
@@ -175,8 +175,7 @@ class RedisClusterStore(RedisStore):
             **(client_options or {}),
         )
         masters = len(client.get_primaries())  # type: ignore[no-untyped-call]
-        name = f"{masked_url(url)} (Redis Cluster, {masters} masters)"
-        return cls(client, name=name, **options)
+        return cls(client, name=cluster_name(url, masters), **options)
 
     def _call(self, operation: Callable[[], T]) -> T:
         try:
@@ -410,28 +409,34 @@ class RedisClusterStore(RedisStore):
         replies: list[list[Any]],
     ) -> None:
         """Step 3: close each task's ledger entries, drop the drift notes of each shard."""
-        positions: dict[str, list[int]] = defaultdict(list)
+        closes: list[tuple[str, int | None]] = []
         memos: dict[str, list[str]] = defaultdict(list)
         for (_, attempt), write in zip(items, ids, strict=True):
             if write:
                 task_id, position = task_and_position(write)
-                positions[task_id].append(int(position))
+                closes.append((task_id, int(position)))
                 if required_set_json(attempt):
                     contract = self.keys.contract(attempt.contract_version, attempt.case_id)
                     memos[self.layout.alerts_in(contract)].append(
                         self.layout.drift_memo(contract, write)
                     )
-        commands = [self._close(task_id, *found) for task_id, found in positions.items()]
+        commands = self._closes(closes)
         commands += [Command(shard[0], ("DEL", *shard)) for shard in memos.values()]
         self._run(commands)
 
-    def _close(self, task_id: str, *positions: int | None) -> Command:
-        """CLOSE_LUA for some of a task's entries (None: all of them)."""
-        return self.scripts.call(
-            "close",
-            [self.keys.ledger_of(task_id), self.keys.ledger_task(task_id)],
-            [task_id, *("" if position is None else position for position in positions)],
-        )
+    def _closes(self, closes: Sequence[tuple[str, int | None]]) -> list[Command]:
+        """CLOSE_LUA once per task for its positions (a None among them: all its entries)."""
+        by_task: dict[str, list[int | None]] = defaultdict(list)
+        for task_id, position in closes:
+            by_task[task_id].append(position)
+        return [
+            self.scripts.call(
+                "close",
+                [self.keys.ledger_of(task_id), self.keys.ledger_task(task_id)],
+                [task_id, *([""] if None in positions else positions)],
+            )
+            for task_id, positions in by_task.items()
+        ]
 
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         """The case index's pieces (one per shard) merged newest first, ties the greater hash
@@ -486,35 +491,24 @@ class RedisClusterStore(RedisStore):
             )
             for letter, order in zip(letters, order_of(len(letters)), strict=True)
         ]
-        commands += [
-            self._close(task_id, position) for task_id, position in self._closes_of(letters)
-        ]
+        commands += self._closes(self._closes_of(letters))
         self._call(lambda: self._run(commands))
 
     def note_published(self, entries: Sequence[LedgerEntry]) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
-        forget_before = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
-        by_ledger: dict[str, list[LedgerEntry]] = defaultdict(list)
-        for entry in entries:
-            by_ledger[self.keys.ledger_of(entry.task_id)].append(entry)
-        commands = []
-        for ledger, noted in by_ledger.items():
-            keys = [ledger]
-            args: list[Any] = [self.ledger_ttl_seconds, forget_before]
-            for entry in noted:
-                keys.append(self.keys.ledger_task(entry.task_id))
-                args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
-                args.append(entry.write_id)
-            commands.append(self.scripts.call("note", keys, args))
+        commands = [
+            self.scripts.call("note", keys, args) for keys, args in self._note_calls(entries)
+        ]
         self._call(lambda: self._run(commands))
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
-        commands = []
+        closes: list[tuple[str, int | None]] = []
         for write_id in write_ids:
             task_id, position = task_and_position(write_id)
-            commands.append(self._close(task_id, int(position)))
-        if commands:
+            closes.append((task_id, int(position)))
+        if closes:
+            commands = self._closes(closes)
             self._call(lambda: self._run(commands))
 
 
@@ -525,6 +519,11 @@ def order_of(count: int) -> list[str]:
     in the order their writer gave them (redis.newest_first_key)."""
     now = f"{time.time_ns():020d}"
     return [f"{now}{index:06d}" for index in range(count)]
+
+
+def cluster_name(url: str, masters: int) -> str:
+    """How messages name a cluster store: "redis://host:7000/0 (Redis Cluster, 3 masters)"."""
+    return f"{masked_url(url)} (Redis Cluster, {masters} masters)"
 
 
 def cluster_masters(client: redis.Redis, name: str) -> int | None:

@@ -74,20 +74,32 @@ class RedisLedger:
     def note_published(self, entries: Sequence[LedgerEntry]) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
-        forget_before = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
-        keys = [self.keys.ledgers()[0]]
-        args: list[Any] = [self.ledger_ttl_seconds, forget_before]
-        for entry in entries:
-            keys.append(self.keys.ledger_task(entry.task_id))
-            args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
-            args.append(entry.write_id)
 
         def run() -> None:
             pipe = self.client.pipeline(transaction=False)
-            pipe.eval(NOTE_LUA, len(keys), *keys, *args)
+            for keys, args in self._note_calls(entries):
+                pipe.eval(NOTE_LUA, len(keys), *keys, *args)
             self.replicas.execute(pipe)
 
         self._call(run)
+
+    def _note_calls(self, entries: Sequence[LedgerEntry]) -> list[tuple[list[str], list[Any]]]:
+        """NOTE_LUA's keys and arguments, one call per ledger (one on a single Redis; per
+        shard on a Redis Cluster, whose ledger keys share a shard with their task's)."""
+        forget_before = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
+        by_ledger: dict[str, list[LedgerEntry]] = defaultdict(list)
+        for entry in entries:
+            by_ledger[self.keys.ledger_of(entry.task_id)].append(entry)
+        calls = []
+        for ledger, noted in by_ledger.items():
+            keys = [ledger]
+            args: list[Any] = [self.ledger_ttl_seconds, forget_before]
+            for entry in noted:
+                keys.append(self.keys.ledger_task(entry.task_id))
+                args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
+                args.append(entry.write_id)
+            calls.append((keys, args))
+        return calls
 
     def _close_calls(self, pipe: Any, closes: Sequence[tuple[str, int | None]]) -> None:
         for task_id, position in closes:
