@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from contracts.messages import Citation
 from contracts.outcomes import CacheOutcome, Outcome, Owner, Status
-from contracts.triage import Finding
+from contracts.triage import Finding, findings_of
 
 SCORED = "evidence_coverage.scored"
 REJECTED = "evidence_coverage.rejected"
@@ -71,10 +71,56 @@ class Attempt(Record):
     policy_group: str | None = None  # the message's: `explain` decides the row under it
     contract_drift: bool = False
     owner: Owner | None = None
+    # Triage's two inputs beyond the lists above (SPEC §9): the answer's length in code points
+    # (a citation's span is checked against it) and the message's expected evidence (None:
+    # none given). A store keeps them so that it need not keep missing_claim_ids and findings,
+    # which are a pure function of them and the lists: an attempt read without those two
+    # fields gets them derived (_derived). None in attempts stored before they were kept.
+    # Storage only: never dumped (`show`, alert lines and webhooks print what they did), so a
+    # store spells them itself (worker/stores/attempts.py).
+    answer_length: int | None = Field(default=None, exclude=True)
+    expected_evidence: dict[str, list[str]] | None = Field(default=None, exclude=True)
 
     @property
     def outcome(self) -> Outcome:
         return Outcome(value=self.value, reason=self.reason)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, data: Any) -> Any:
+        """Read the compact form stores keep: citations as [claim ID, document ID, span start,
+        span end(, excerpt)] arrays, and no missing_claim_ids and findings where the attempt
+        keeps triage's inputs (answer_length): they are derived as triage derived them. Only
+        stored attempts are read this way; every other Attempt is given whole."""
+        if not isinstance(data, dict):
+            return data
+        citations = data.get("citations")
+        if citations and isinstance(citations[0], list):
+            data = {**data, "citations": [_citation(cited) for cited in citations]}
+        if "findings" in data or data.get("answer_length") is None:
+            return data
+        if data.get("value") is None:  # invalid: triage names no claim
+            return {**data, "missing_claim_ids": None, "findings": []}
+        missing, findings = findings_of(
+            data["required_claim_ids"],
+            data["supported_claim_ids"],
+            [KeptCitation.model_validate(cited) for cited in data.get("citations") or ()],
+            retrieved_document_ids=data.get("retrieved_document_ids") or (),
+            expected_evidence=data.get("expected_evidence") or {},
+            answer_length=data["answer_length"],
+        )
+        return {**data, "missing_claim_ids": missing, "findings": findings}
+
+
+def _citation(cited: list[Any]) -> dict[str, Any]:
+    """A citation kept as an array (Attempt._derived), as the object it stands for."""
+    claim_id, document_id, start, end, *excerpt = cited
+    return {
+        "claim_id": claim_id,
+        "document_id": document_id,
+        "answer_span": [start, end],
+        "excerpt": excerpt[0] if excerpt else None,
+    }
 
 
 class Alert(Record):
@@ -229,4 +275,11 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "alert-record.schema.json": AlertRecord,
         "contract-drift-record.schema.json": ContractDriftRecord,
     }
-    return {name: model.model_json_schema() for name, model in models.items()}
+    # Messages are read (validation); records are written: their schemas say what a line
+    # holds, without the fields a record never dumps (Attempt's storage-only ones).
+    return {
+        name: model.model_json_schema(
+            mode="validation" if model in (AttributionResult, ReleaseRow) else "serialization"
+        )
+        for name, model in models.items()
+    }

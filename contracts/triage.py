@@ -8,7 +8,7 @@ is not involved: triage explains its number, it never changes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -120,30 +120,51 @@ def _claims(claim_ids: Iterable[str]) -> set[str]:
 
 
 def _findings(message: AttributionResult) -> tuple[list[str], list[Finding]]:
-    """The missing claim IDs (sorted) and the findings: the missing claims' in that order, then
-    each citation of an unknown claim in citation order, then each uncited supported claim
-    in sorted order. Each citation's claim ID is stripped once: this runs on every message."""
+    """findings_of() a message's parts: its contexts' document IDs are read only when a claim
+    is missing."""
+    return findings_of(
+        message.required_claim_ids,
+        message.supported_claim_ids,
+        message.citations,
+        retrieved_document_ids=(context.document_id for context in message.contexts),
+        expected_evidence=message.expected_evidence,
+        answer_length=len(message.answer),
+    )
+
+
+def findings_of(
+    required_claim_ids: Sequence[str],
+    supported_claim_ids: Sequence[str],
+    citations: Sequence[Citation],
+    *,
+    retrieved_document_ids: Iterable[str],
+    expected_evidence: Mapping[str, Sequence[str]],
+    answer_length: int,
+) -> tuple[list[str], list[Finding]]:
+    """The missing claim IDs (sorted) and the findings of a valid row: the missing claims' in
+    that order, then each citation of an unknown claim in citation order, then each uncited
+    supported claim in sorted order. Each citation's claim ID is stripped once: this runs on
+    every message. Its parts are what a stored attempt keeps, so a store derives an attempt's
+    findings on read rather than keeping them (worker/stores/attempts.py)."""
     strip = str.strip
-    required = _claims(message.required_claim_ids)
-    supported = _claims(message.supported_claim_ids)
+    required = _claims(required_claim_ids)
+    supported = _claims(supported_claim_ids)
     missing = sorted(required - supported)
-    if not message.citations:
+    if not citations:
         return missing, [_finding(claim, "attribution_artifact_missing", []) for claim in missing]
     cited: dict[str, list[Citation]] = {}
     unknown = []
-    for citation in message.citations:
+    for citation in citations:
         claim = strip(citation.claim_id)
         cited.setdefault(claim, []).append(citation)
         if claim not in required:
             unknown.append(_finding(claim, "citation_unknown_claim", [citation.document_id]))
     findings = []
     if missing:
-        retrieved = {context.document_id for context in message.contexts}
+        retrieved = set(retrieved_document_ids)
         expected = {
-            strip(claim): _unique(documents)
-            for claim, documents in message.expected_evidence.items()
+            strip(claim): _unique(documents) for claim, documents in expected_evidence.items()
         }
-        answer_length = len(message.answer)
         findings = [
             _missing(claim, cited.get(claim), retrieved, expected.get(claim, []), answer_length)
             for claim in missing

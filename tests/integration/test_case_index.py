@@ -263,7 +263,7 @@ def test_an_old_sqlite_file_is_migrated_and_its_cases_found(tmp_path: Path) -> N
     store = SQLiteStore(path)
     try:
         with contextlib.closing(sqlite3.connect(path)) as db:
-            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         expected: dict[str, dict[str, int]] = {}
         for input_hash, _ in store.first_outcomes():
             history = store.history(input_hash)

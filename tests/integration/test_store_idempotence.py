@@ -346,7 +346,7 @@ def test_sqlite_file_of_an_earlier_version_gains_the_tables_it_lacks(
         assert recorded == again == Recorded(cache="hit", first=first)
         assert again.replayed
         with sqlite3.connect(path) as db:
-            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
             assert db.execute("SELECT COUNT(*) FROM ledger").fetchone() == (0,)
         assert store.hashes_for_case(first.case_id or "") == [HASH]
     finally:

@@ -149,6 +149,10 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
             "policy_group": message.policy_group,
             "contract_drift": False,
             "owner": found.owner,
+            "answer_length": len(message.answer),
+            "expected_evidence": {claim: list(documents) for claim, documents in expected.items()}
+            if (expected := message.expected_evidence)
+            else None,
         },
     )
 

@@ -7,6 +7,13 @@ fields (case ID, task ID, time) and only those other fields that differ from the
     ["case-7", "task-9", "2026-12-04T10:00:00Z"]                   everything else: the first's
     ["case-7", "task-9", "2026-12-04T10:00:00Z", {"value": ...}]   the members given differ
 
+What a store keeps is compact (issue 24): a citation is an array, missing_claim_ids and
+findings are left out where they are what triage derives from the rest (derivable(); the
+attempt keeps triage's inputs, answer_length and expected_evidence, and Attempt._derived
+derives them on read), and a first attempt is kept once, with no copy of its outcome or
+shared members and no entry of its own (kept_shared(), with_first()). On the bench's mix
+that took a Redis store from 3,715 to 1,838 bytes a message and SQLite from 3,639 to 1,371.
+
 A JSON object entry is a whole attempt, as versions before this encoding wrote every entry;
 both kinds read back as the same Attempt. Fields compare in two groups, each by one string:
 the outcome by outcome_json() (the definition of "same outcome") and the shared fields
@@ -18,6 +25,7 @@ in Lua (see RECORD_LUA); a store test checks that both stores write the same str
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
 from typing import Any, Final
@@ -25,7 +33,7 @@ from typing import Any, Final
 import orjson
 from pydantic_core import to_json
 
-from contracts import Attempt
+from contracts import Alert, Attempt
 from contracts.records import KeptCitation
 from contracts.triage import Finding
 from worker.stores.base import outcome_json, value_json
@@ -49,6 +57,8 @@ SHARED_FIELDS: Final = (
     "policy_group",
     "contract_drift",
     "owner",
+    "answer_length",
+    "expected_evidence",
 )
 
 
@@ -81,41 +91,68 @@ def shared_json(attempt: Attempt) -> str:
 def shared_head(attempt: Attempt) -> str:
     """shared_json() up to its last two members, which contract drift sets (drift_tail()).
 
+    Compact, as stores keep it: a citation is an array [claim ID, document ID, span start, span
+    end(, excerpt)]; answer_length comes first (the Redis script tells by it an attempt that
+    keeps triage's inputs); missing_claim_ids and findings are left out where derivable()
+    (they are derived on read, Attempt._derived), and answer_length and expected_evidence
+    where None.
+
     orjson spells text exactly as json.dumps(ensure_ascii=False) does (every code point but
     the lone surrogates, which it refuses, as it refuses integers beyond 64 bits: those take
     the spelling in Python); the shared fields hold no float. Half the cost, on every attempt.
     """
-    citations, findings = attempt.citations, attempt.findings
     try:
-        return orjson.dumps(
-            {
-                "required_claim_ids": attempt.required_claim_ids,
-                "supported_claim_ids": attempt.supported_claim_ids,
-                "metric_version": attempt.metric_version,
-                "ragas_version": attempt.ragas_version,
-                "worker_version": attempt.worker_version,
-                "redelivered": attempt.redelivered,
-                "contract_version": attempt.contract_version,
-                "citations": None if citations is None else list(map(_citation, citations)),
-                "missing_claim_ids": attempt.missing_claim_ids,
-                "findings": None if findings is None else list(map(_finding, findings)),
-                "retrieved_document_ids": attempt.retrieved_document_ids,
-                "policy_group": attempt.policy_group,
-            }
-        )[1:-1].decode()
+        return orjson.dumps(_shared_head_fields(attempt))[1:-1].decode()
     except orjson.JSONEncodeError:
         return _shared_head_spelled(attempt)
 
 
-def _citation(citation: KeptCitation) -> dict[str, object]:
-    fields: dict[str, object] = {
-        "claim_id": citation.claim_id,
-        "document_id": citation.document_id,
-        "answer_span": citation.answer_span,
-    }
-    if citation.excerpt is not None:
-        fields["excerpt"] = citation.excerpt
+def derivable(attempt: Attempt) -> bool:
+    """Whether an attempt's missing_claim_ids and findings are what Attempt._derived derives
+    from the rest of it: it keeps triage's inputs and triage ran on them (a valid row under a
+    defined policy group, or an invalid row). A retrieved document ID with a lone surrogate
+    (kept as its \\udXXX text) would not match its citations' raw text: kept as they are."""
+    if attempt.answer_length is None or attempt.findings is None or attempt.citations is None:
+        return False
+    if attempt.value is None:
+        return attempt.missing_claim_ids is None and not attempt.findings
+    retrieved = attempt.retrieved_document_ids
+    return (
+        attempt.missing_claim_ids is not None
+        and retrieved is not None
+        and not any("\\ud" in document for document in retrieved)
+    )
+
+
+def _shared_head_fields(attempt: Attempt) -> dict[str, object]:
+    citations = attempt.citations
+    fields: dict[str, object] = {}
+    if attempt.answer_length is not None:
+        fields["answer_length"] = attempt.answer_length
+    fields["required_claim_ids"] = attempt.required_claim_ids
+    fields["supported_claim_ids"] = attempt.supported_claim_ids
+    fields["metric_version"] = attempt.metric_version
+    fields["ragas_version"] = attempt.ragas_version
+    fields["worker_version"] = attempt.worker_version
+    fields["redelivered"] = attempt.redelivered
+    fields["contract_version"] = attempt.contract_version
+    fields["citations"] = None if citations is None else list(map(_citation, citations))
+    if not derivable(attempt):
+        findings = attempt.findings
+        fields["missing_claim_ids"] = attempt.missing_claim_ids
+        fields["findings"] = None if findings is None else list(map(_finding, findings))
+    fields["retrieved_document_ids"] = attempt.retrieved_document_ids
+    fields["policy_group"] = attempt.policy_group
+    if attempt.expected_evidence is not None:
+        fields["expected_evidence"] = attempt.expected_evidence
     return fields
+
+
+def _citation(citation: KeptCitation) -> list[object]:
+    start, end = citation.answer_span
+    if citation.excerpt is None:
+        return [citation.claim_id, citation.document_id, start, end]
+    return [citation.claim_id, citation.document_id, start, end, citation.excerpt]
 
 
 def _finding(finding: Finding) -> dict[str, object]:
@@ -132,20 +169,31 @@ def _finding(finding: Finding) -> dict[str, object]:
 
 def _shared_head_spelled(attempt: Attempt) -> str:
     """shared_head() spelled in Python, for what orjson refuses."""
-    return (
-        f'"required_claim_ids":[{_texts_json(attempt.required_claim_ids)}],'
-        f'"supported_claim_ids":[{_texts_json(attempt.supported_claim_ids)}],'
-        f'"metric_version":{encode_basestring(attempt.metric_version)},'
-        f'"ragas_version":{encode_basestring(attempt.ragas_version)},'
-        f'"worker_version":{encode_basestring(attempt.worker_version)},'
-        f'"redelivered":{"true" if attempt.redelivered else "false"},'
-        f'"contract_version":{_text_json(attempt.contract_version)},'
-        f'"citations":{_citations_json(attempt.citations)},'
-        f'"missing_claim_ids":{_optional_texts_json(attempt.missing_claim_ids)},'
-        f'"findings":{_findings_json(attempt.findings)},'
-        f'"retrieved_document_ids":{_optional_texts_json(attempt.retrieved_document_ids)},'
-        f'"policy_group":{_text_json(attempt.policy_group)}'
-    )
+    parts = []
+    if attempt.answer_length is not None:
+        parts.append(f'"answer_length":{int(attempt.answer_length)}')
+    parts += [
+        f'"required_claim_ids":[{_texts_json(attempt.required_claim_ids)}]',
+        f'"supported_claim_ids":[{_texts_json(attempt.supported_claim_ids)}]',
+        f'"metric_version":{encode_basestring(attempt.metric_version)}',
+        f'"ragas_version":{encode_basestring(attempt.ragas_version)}',
+        f'"worker_version":{encode_basestring(attempt.worker_version)}',
+        f'"redelivered":{"true" if attempt.redelivered else "false"}',
+        f'"contract_version":{_text_json(attempt.contract_version)}',
+        f'"citations":{_citations_json(attempt.citations)}',
+    ]
+    if not derivable(attempt):
+        parts.append(f'"missing_claim_ids":{_optional_texts_json(attempt.missing_claim_ids)}')
+        parts.append(f'"findings":{_findings_json(attempt.findings)}')
+    parts.append(f'"retrieved_document_ids":{_optional_texts_json(attempt.retrieved_document_ids)}')
+    parts.append(f'"policy_group":{_text_json(attempt.policy_group)}')
+    if attempt.expected_evidence is not None:
+        expected = ",".join(
+            f"{encode_basestring(claim)}:[{_texts_json(documents)}]"
+            for claim, documents in attempt.expected_evidence.items()
+        )
+        parts.append(f'"expected_evidence":{{{expected}}}')
+    return ",".join(parts)
 
 
 def drift_tail(attempt: Attempt) -> str:
@@ -192,6 +240,8 @@ def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
         and first.policy_group == attempt.policy_group
         and first.contract_drift == attempt.contract_drift
         and first.owner == attempt.owner
+        and first.answer_length == attempt.answer_length
+        and first.expected_evidence == attempt.expected_evidence
     )
 
 
@@ -215,6 +265,45 @@ def _whole(own: tuple[str, str, str], attempt: Attempt, shared: str) -> str:
         f'{{"case_id":{case_id},"task_id":{task_id},"recorded_at":{recorded_at},'
         f"{outcome_members(attempt)},{shared}}}"
     )
+
+
+# Where a compact first (one whose shared_json() starts with answer_length) keeps its shared
+# members: a store keeps no copy of them (RECORD_LUA finds them the same way). Every member
+# before them is a JSON string or number, in which a quote is escaped, so the first match is
+# them; an attempt dumped whole by pydantic writes answer_length after owner, never before
+# required_claim_ids.
+SHARED_START: Final = re.compile(r',"answer_length":\d+,"required_claim_ids":')
+
+
+def kept_shared(first: str) -> str | None:
+    """shared_json() of a stored compact first attempt, read out of its whole(); None for a
+    first stored before the compact layout (it keeps a copy of its own, or none)."""
+    found = SHARED_START.search(first)
+    return None if found is None else first[found.start() + 1 : -1]
+
+
+def kept_outcome_members(first: str) -> str | None:
+    """outcome_members() of a stored compact first attempt, read out of its whole(); None for
+    a first stored before (it keeps its outcome_json() beside it)."""
+    found = SHARED_START.search(first)
+    if found is None:
+        return None
+    return first[first.find(',"value":') + 1 : found.start()]
+
+
+def keeps_own_entry(first: Attempt) -> bool:
+    """Whether a hash's entries include its first attempt's own: those of a first stored
+    before the compact layout do; since, the first is not kept twice (with_first())."""
+    return first.answer_length is None
+
+
+def with_first(first: Attempt, attempts: list[Attempt], total: int, bound: int) -> list[Attempt]:
+    """A hash's newest attempts (at most `bound`) from its expanded entries: a compact
+    layout's entries are the later attempts only, so the first leads them while none of those
+    has been trimmed."""
+    if not keeps_own_entry(first) and len(attempts) == total - 1:
+        attempts = [first, *attempts]
+    return attempts[-bound:] if bound > 0 else attempts
 
 
 def entry(attempt: Attempt, *, same_outcome: bool, same_shared: bool) -> str:
@@ -264,13 +353,10 @@ def _citations_json(citations: list[KeptCitation] | None) -> str:
     spelled = []
     for citation in citations:
         start, end = citation.answer_span
-        excerpt = (
-            "" if citation.excerpt is None else f',"excerpt":{encode_basestring(citation.excerpt)}'
-        )
+        excerpt = "" if citation.excerpt is None else f",{encode_basestring(citation.excerpt)}"
         spelled.append(
-            f'{{"claim_id":{encode_basestring(citation.claim_id)},'
-            f'"document_id":{encode_basestring(citation.document_id)},'
-            f'"answer_span":[{int(start)},{int(end)}]{excerpt}}}'
+            f"[{encode_basestring(citation.claim_id)},{encode_basestring(citation.document_id)},"
+            f"{int(start)},{int(end)}{excerpt}]"
         )
     return f"[{','.join(spelled)}]"
 
@@ -288,6 +374,17 @@ def _findings_json(findings: list[Finding] | None) -> str:
             f"{tail}}}"
         )
     return f"[{','.join(spelled)}]"
+
+
+def alert_json(alert: Alert) -> str:
+    """A nondeterminism alert as a store keeps it: its JSON with its attempts' storage-only
+    fields (Attempt.answer_length, expected_evidence), which a dump leaves out, so that it
+    reads back equal (RECORD_LUA's alerts hold them as its firsts do)."""
+    data = alert.model_dump(mode="json")
+    for side, attempt in (("first", alert.first), ("observed", alert.observed)):
+        data[side]["answer_length"] = attempt.answer_length
+        data[side]["expected_evidence"] = attempt.expected_evidence
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 class Expander:
@@ -308,7 +405,11 @@ class Expander:
             "recorded_at": recorded_at,
         }
         if rest:
-            fields.update(rest[0])
+            differing = rest[0]
+            if "required_claim_ids" in differing and "findings" not in differing:
+                # its own lists, whose findings are derived: not the first's
+                del fields["missing_claim_ids"], fields["findings"]
+            fields.update(differing)
         return Attempt.model_validate(fields)
 
     def attempts(self, entries: Iterable[str | bytes]) -> list[Attempt]:

@@ -17,8 +17,9 @@ from json.encoder import encode_basestring_ascii  # what json.dumps() spells a s
 
 
 def outcome_key(prefix: str, input_hash: str) -> str:
-    """HASH: outcome (outcome_json() of the first attempt), first (the whole first attempt's
-    JSON), shared (its shared_json(); absent where an earlier version wrote the hash), total,
+    """HASH: first (the whole first attempt's JSON, worker.stores.attempts.whole()), outcome
+    and shared (its outcome_json() and shared_json(): kept only where an earlier version wrote
+    the hash; a compact first, one that keeps answer_length, holds both in itself), total,
     one field per recent write id, `w0:<id>` or `w1:<id>` (two generations of the attempt
     bound each, see RECORD_LUA): what that write found, `miss`, `hit`, `conflict` (a conflict
     alerted before) or its alert's JSON, and beside it `w0:<id>#d` when that write found
@@ -40,7 +41,9 @@ def hash_from_outcome_key(prefix: str, key: str) -> str:
 
 
 def attempts_key(prefix: str, input_hash: str) -> str:
-    """LIST of attempt entries (worker/stores/attempts.py), newest last, trimmed to the bound."""
+    """LIST of attempt entries (worker/stores/attempts.py), newest last, trimmed to the bound.
+    Under a compact first only the later attempts' (created by the first of them, expiring
+    with the outcome); under an earlier version's first its own entry too."""
     return f"{prefix}:{{{input_hash}}}:attempts"
 
 

@@ -24,7 +24,7 @@ from worker.settings import (
     REPLICA_TIMEOUT_MS,
     masked_url,
 )
-from worker.stores.attempts import DRIFTED_TAIL, Expander, drifted, script_args
+from worker.stores.attempts import DRIFTED_TAIL, Expander, drifted, script_args, with_first
 from worker.stores.base import (
     ALERT_CLOCK_MARGIN,
     DeadLetter,
@@ -130,8 +130,13 @@ end
 # required set) is alerted once: a field in the outcome or contract hash says it was.
 # Contract drift: the first valid row per (contract version, case ID) keeps its required set;
 # a later one with another set is recorded with DRIFTED_TAIL instead of its own tail.
-# A hash written before `shared` was kept has none: its entries keep their lists. One written
-# before write ids were kept has none either: every write to it is a new one.
+# A compact first (its shared_head() starts with answer_length: every attempt this version
+# makes) is kept once: no `outcome` or `shared` copy beside it, no entry of its own in the
+# list (both are read out of `first`, as attempts.kept_outcome_members() and kept_shared() do,
+# and history() puts it before the later entries). A hash written before keeps its copies, its
+# entries are compared with them and include the first's. One written before `shared` was
+# kept has none: its entries keep their lists. One written before write ids were kept has
+# none either: every write to it is a new one.
 # Write ids (keys.outcome_key): attempt number n belongs to generation (n - 1) // bound, kept
 # as field prefix w0: or w1: by its parity; as a generation starts, the one two before it is
 # dropped, so the ids of at least the newest `bound` attempts are known.
@@ -205,20 +210,33 @@ for i = 1, (#KEYS - 2) / 5 do
       drifted = drift(contract_key, required, input_hash, case_id, task_id, contract_version,
         order)
     end
+    -- A compact first (shared_head() starts with answer_length) keeps neither a copy of its
+    -- shared members nor its own entry: both are read out of `first` (attempts.py).
+    local compact = string.sub(head, 1, 16) == '"answer_length":'
     local shared = head .. tail
     if drifted ~= '' then shared = head .. drifted_tail end
     local entry = '[' .. case_id .. ',' .. task_id .. ',' .. recorded_at
     local cache, alerted = 'miss', ''
-    if stored[1] then
+    if stored[3] then
       local number = (tonumber(stored[4]) or 0) + 1
       local differing = {}
-      if stored[1] == outcome then
+      -- A compact first keeps no copy of its outcome or shared members: they are read out of
+      -- `first` (attempts.kept_outcome_members() and kept_shared()).
+      local same, kept = stored[1] == outcome, stored[2]
+      if not stored[1] then
+        local from = string.find(stored[3], ',"value":', 1, true)
+        local to = string.find(stored[3], ',"answer_length":%d+,"required_claim_ids":')
+        same = from ~= nil and to ~= nil
+          and string.sub(stored[3], from + 1, to - 1) == outcome_members
+        if to then kept = string.sub(stored[3], to + 1, -2) end
+      end
+      if same then
         cache = 'hit'
       else
         cache = 'conflict'
         differing[#differing + 1] = outcome_members
       end
-      if stored[2] ~= shared then differing[#differing + 1] = shared end
+      if kept ~= shared then differing[#differing + 1] = shared end
       if #differing > 0 then entry = entry .. ',{' .. table.concat(differing, ',') .. '}' end
       local result = cache
       if cache == 'conflict'
@@ -242,8 +260,12 @@ for i = 1, (#KEYS - 2) / 5 do
       replies[i] = {cache, stored[3], '', alerted, drifted, since}
     else
       local first = whole(case_id, task_id, recorded_at, outcome_members, shared)
-      redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
-        'total', 1, 'since', ms)
+      if compact then
+        redis.call('HSET', outcome_key, 'first', first, 'total', 1, 'since', ms)
+      else
+        redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
+          'total', 1, 'since', ms)
+      end
       since = ms
       if write ~= '' then
         redis.call('HSET', outcome_key, 'w0:' .. write, 'miss')
@@ -253,8 +275,14 @@ for i = 1, (#KEYS - 2) / 5 do
       redis.call('DEL', attempts_key)
       replies[i] = {cache, '', '', '', drifted, since}
     end
-    redis.call('RPUSH', attempts_key, entry .. ']')
-    redis.call('LTRIM', attempts_key, -bound, -1)
+    if cache ~= 'miss' or not compact then
+      local length = redis.call('RPUSH', attempts_key, entry .. ']')
+      redis.call('LTRIM', attempts_key, -bound, -1)
+      if length == 1 and cache ~= 'miss' and ttl > 0 then  -- a compact first's later ones
+        local left = redis.call('PTTL', outcome_key)
+        if left > 0 then redis.call('PEXPIRE', attempts_key, left) end
+      end
+    end
     if case_id ~= 'null' then index(case_key, input_hash, ms, since) end
     if cache == 'miss' and ttl > 0 then
       redis.call('EXPIRE', outcome_key, ttl)
@@ -522,7 +550,9 @@ class RedisStore(RecordOne, RedisLedger):
         return History(
             input_hash=input_hash,
             first=first,
-            attempts=Expander(first).attempts(attempts),
+            attempts=with_first(
+                first, Expander(first).attempts(attempts), int(total), self.max_attempts_per_hash
+            ),
             total_attempts=int(total),
             expires_at=expires_at,
         )

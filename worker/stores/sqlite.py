@@ -18,12 +18,18 @@ from worker.errors import ConfigurationError
 from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS
 from worker.stores.attempts import (
     Expander,
+    alert_json,
     drifted,
     entry,
     first_rows,
+    keeps_own_entry,
+    kept_outcome_members,
+    kept_shared,
+    outcome_members,
     required_set_json,
     same_shared_fields,
     shared_json,
+    with_first,
 )
 from worker.stores.base import (
     DeadLetter,
@@ -45,11 +51,13 @@ from worker.stores.sqlite_transaction import immediate
 # version 4 adds `contracts`, `drifts`, `conflicts_alerted` (empty as a file is migrated: every
 # conflict alerted before is alerted once more) and writes.drift (NULL in rows from before);
 # version 5 adds `case_hashes`, filled as a file is migrated from the case IDs its attempts
-# keep (CASES_FROM_ATTEMPTS).
-SCHEMA_VERSION = 5
+# keep (CASES_FROM_ATTEMPTS); version 6 changes no table: its rows may hold compact firsts
+# (worker/stores/attempts.py), which a version-5 reader cannot read, so it must refuse the file.
+SCHEMA_VERSION = 6
 SCHEMA = (
     # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
-    # is compared without parsing the first; NULL in rows migrated from version 0.
+    # is compared without parsing the first; NULL in rows migrated from version 0, and where
+    # the first is compact (it holds both: attempts.kept_outcome_members(), kept_shared()).
     """CREATE TABLE IF NOT EXISTS outcomes (
         id INTEGER PRIMARY KEY,
         input_hash TEXT NOT NULL UNIQUE,
@@ -188,6 +196,13 @@ class _Outcome:
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and datetime.fromisoformat(self.expires_at) <= now
+
+    def outcome_members(self) -> str | None:
+        """A compact first's outcome_members(), read out of it (None for an earlier one)."""
+        first = self.first
+        if isinstance(first, Attempt):
+            return outcome_members(first) if not keeps_own_entry(first) else None
+        return kept_outcome_members(first)
 
     def first_attempt(self) -> Attempt:
         if isinstance(self.first, str):
@@ -372,7 +387,7 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                     results.append(result)
                     found: str = result.cache
                     if result.alert is not None:
-                        found = result.alert.model_dump_json()
+                        found = alert_json(result.alert)
                         alerts.append(found)
                     if write_id:
                         known[outcome.id, write_id] = (found, drift or None)
@@ -380,7 +395,7 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                     continue
                 cases.append((attempt.case_id, outcome.id, recorded_ms(attempt)))
                 results.append(_marked(Recorded(cache="miss", first=attempt), drift))
-                entries.append((outcome.id, own))
+                entries += [(outcome.id, own)] if keeps_own_entry(attempt) else []
                 if write_id:
                     known[outcome.id, write_id] = ("miss", drift or None)
                     writes.append((outcome.id, write_id, 1, "miss", drift or None))
@@ -401,12 +416,15 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         """A hash's first attempt, kept in a new outcomes row or in the `expired` one's (its
         id), and the attempt's own entry."""
         first, outcome_text, shared, own = first_rows(attempt)
+        # A compact first keeps neither its outcome_json() nor its shared members twice.
+        compact = kept_shared(first) is not None
+        kept, outcome_kept = (None, None) if compact else (shared, outcome_text)
         db = self._db
         if expired is None:
             (outcome_id,) = db.execute(
                 "INSERT INTO outcomes (input_hash, first_attempt, total_attempts,"
                 " expires_at, outcome, shared) VALUES (?, ?, 1, ?, ?, ?) RETURNING id",
-                (input_hash, first, expires_at, outcome_text, shared),
+                (input_hash, first, expires_at, outcome_kept, kept),
             ).fetchone()
         else:
             # A new first outcome starts a new history. No entry of the old one is pending:
@@ -416,10 +434,10 @@ class SQLiteStore(RecordOne, SQLiteLedger):
             db.execute(
                 "UPDATE outcomes SET first_attempt = ?, total_attempts = 1,"
                 " expires_at = ?, outcome = ?, shared = ? WHERE id = ?",
-                (first, expires_at, outcome_text, shared, expired),
+                (first, expires_at, outcome_kept, kept, expired),
             )
             outcome_id = expired
-        return _Outcome(outcome_id, 1, attempt, expires_at, outcome_text, shared), own
+        return _Outcome(outcome_id, 1, attempt, expires_at, outcome_kept, shared), own
 
     def _contracts(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _Contract]:
         """The first required sets kept for these (contract version, case ID) pairs."""
@@ -507,8 +525,10 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                 f" FROM outcomes WHERE input_hash IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
-            for input_hash, *fields in rows:
-                found[input_hash] = _Outcome(*fields)
+            for input_hash, outcome_id, total, first, expires_at, outcome, kept in rows:
+                # A compact first keeps its shared members in itself.
+                shared = kept_shared(first) if kept is None else kept
+                found[input_hash] = _Outcome(outcome_id, total, first, expires_at, outcome, shared)
         return found
 
     def _writes(
@@ -544,7 +564,11 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         now: datetime,
     ) -> Recorded:
         """A later attempt: hit or conflict with the first, and its entry."""
-        if outcome.outcome is not None and outcome.shared is not None:
+        kept = None if outcome.outcome is not None else outcome.outcome_members()
+        if kept is not None and outcome.shared is not None:  # a compact first
+            same_outcome = kept == outcome_members(attempt)
+            same_shared = outcome.shared == shared_json(attempt)
+        elif outcome.outcome is not None and outcome.shared is not None:
             same_outcome = outcome.outcome == outcome_json(attempt)
             same_shared = outcome.shared == shared_json(attempt)
         else:
@@ -643,7 +667,12 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         return History(
             input_hash=input_hash,
             first=first,
-            attempts=Expander(first).attempts(text for (text,) in entries),
+            attempts=with_first(
+                first,
+                Expander(first).attempts(text for (text,) in entries),
+                row[2],
+                self.max_attempts_per_hash,
+            ),
             total_attempts=row[2],
             expires_at=datetime.fromisoformat(row[3]) if row[3] else None,
         )

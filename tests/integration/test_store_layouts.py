@@ -1,0 +1,123 @@
+"""The compact layout (issue 24, item 3) changes nothing a reader sees: a store written by
+main at 47f93cb (tests/fixtures/store-47f93cb) prints exactly what it printed then, a store
+written now prints the same for the same history, and scoring goes on in an old store."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.conftest import Run
+from tests.integration.store_outputs import POLICY, cases_of, outputs
+
+OLD = Path(__file__).resolve().parents[1] / "fixtures" / "store-47f93cb"
+
+
+def old_keys() -> dict[str, Any]:
+    return json.loads((OLD / "redis-keys.json").read_text())
+
+
+HASHES = sorted(key.split("{")[1].split("}")[0] for key in old_keys() if key.endswith(":outcome"))
+CASES = sorted(set(cases_of(OLD / "run.jsonl")) | set(cases_of(OLD / "rerun.jsonl")))
+
+
+def expected(kind: str) -> dict[str, Any]:
+    return {
+        key: tuple(found)
+        for key, found in json.loads((OLD / f"outputs-{kind}.json").read_text()).items()
+    }
+
+
+def same_history(found: dict[str, Any]) -> dict[str, Any]:
+    """Outputs with what differs from run to run masked: task IDs and times."""
+    text = json.dumps(found, sort_keys=True)
+    text = re.sub(r"score-[0-9a-f]{12}-", "score-*-", text)
+    text = re.sub(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?", "TIME", text)
+    return dict(json.loads(text))
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def fresh_store(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    monkeypatch.setenv("EVIDENCE_KEY_PREFIX", request.getfixturevalue("key_prefix"))
+    return str(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+def old_store(kind: str, fresh_store: str, request: pytest.FixtureRequest) -> str:
+    """A store holding exactly what main at 47f93cb wrote."""
+    if kind == "sqlite":
+        db = sqlite3.connect(fresh_store.removeprefix("sqlite:///"))
+        db.executescript((OLD / "store.sql").read_text())
+        db.close()
+        return fresh_store
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    prefix: str = request.getfixturevalue("key_prefix")
+    for key, stored in old_keys().items():
+        name, value = prefix + key.removeprefix("evidence"), stored["value"]
+        if stored["type"] == "hash":
+            client.hset(name, mapping=value)
+        elif stored["type"] == "list":
+            client.rpush(name, *value)
+        elif stored["type"] == "zset":
+            client.zadd(name, dict(value))
+        else:
+            assert stored["type"] == "stream", stored["type"]
+            for fields in value:
+                client.xadd(name, fields)
+    return fresh_store
+
+
+def test_an_old_store_prints_exactly_what_it_printed(old_store: str, kind: str) -> None:
+    found = outputs(old_store, HASHES, CASES)
+
+    assert len(found) == 2 + len(HASHES) + 2 * len(CASES) == 57
+    assert found == expected(kind)
+
+
+def test_a_new_store_prints_the_same_for_the_same_history(
+    cli: Callable[..., Run], fresh_store: str, kind: str
+) -> None:
+    for name in ("run.jsonl", "rerun.jsonl"):
+        cli("score", OLD / name, "--store", fresh_store, "--policy", POLICY)
+
+    found = outputs(fresh_store, HASHES, CASES)
+
+    assert same_history(found) == same_history(expected(kind))
+
+
+def test_scoring_goes_on_in_an_old_store(
+    cli: Callable[..., Run], old_store: str, kind: str
+) -> None:
+    """The second file once more: every row is a hit or a conflict alerted before, and the
+    new (compact) entries read back beside the old ones."""
+    run = cli("score", OLD / "rerun.jsonl", "--store", old_store, "--policy", POLICY)
+
+    caches = [r["cache"] for r in run.records if r["event"] == "evidence_coverage.scored"]
+    assert sorted(caches) == ["conflict"] * 4 + ["hit"] * 16
+    assert [line["event"] for line in run.lines if "alert" in line["event"]] == []
+    histories = [json.loads(cli("show", h, "--store", old_store).out) for h in HASHES]
+    newest = {h["input_hash"]: h["attempts"][-1] for h in histories}
+    before = {
+        key.removeprefix("show "): json.loads(found[1])["attempts"][-1]
+        for key, found in expected(kind).items()
+        if key.startswith("show ") and not key.startswith("show --case")
+    }
+    for input_hash, attempt in newest.items():
+        assert same_history(attempt) == same_history(before[input_hash]), input_hash
+    assert sum(h["total_attempts"] for h in histories) == 39 + 20
