@@ -123,7 +123,17 @@ class Settings(BaseSettings):
     result_ttl_seconds: int | None = Field(
         default=None,
         gt=0,
-        description="how long a first outcome and its attempts are kept. Unset: forever",
+        description="how long a first outcome and its attempts are kept, from its first "
+        "attempt; past it the same inputs start a new history, with no alert. Unset: forever. "
+        "See [operations.md](operations.md#retention)",
+    )
+    attempts_ttl_seconds: int | None = Field(
+        default=None,
+        gt=0,
+        description="how long a hash's later attempts are kept (the first outcome stays, so "
+        "nondeterminism is still found): on Redis, until none has come for this long; on "
+        "SQLite, what `evidence-worker prune` drops. At most `EVIDENCE_RESULT_TTL_SECONDS`. "
+        "Unset: as long as the first outcome",
     )
     store_min_replicas: int | None = Field(
         default=None,
@@ -300,6 +310,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 "EVIDENCE_STORE_RETRY_WINDOW_SECONDS must be below "
                 "EVIDENCE_VISIBILITY_TIMEOUT_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _attempts_inside_result_ttl(self) -> Settings:
+        # Attempts kept longer than their first outcome would be dropped with it anyway.
+        ttl, attempts = self.result_ttl_seconds, self.attempts_ttl_seconds
+        if ttl is not None and attempts is not None and attempts > ttl:
+            raise ValueError(
+                "EVIDENCE_ATTEMPTS_TTL_SECONDS must be at most EVIDENCE_RESULT_TTL_SECONDS"
             )
         return self
 

@@ -33,6 +33,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "store_url",
             "key_prefix",
             "result_ttl_seconds",
+            "attempts_ttl_seconds",
             "store_min_replicas",
             "store_replica_timeout_ms",
         ),

@@ -19,6 +19,7 @@ from worker.cli import (
     explain,
     gate,
     health,
+    prune,
     publish,
     reconcile,
     report,
@@ -45,6 +46,7 @@ MODULES = (
     bench,
     report,
     canary,
+    prune,
     schema,
     health,
 )

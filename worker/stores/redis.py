@@ -106,7 +106,8 @@ end
 # ARGV: attempt bound, ttl (0: none), alert stream bound, the time as JSON (an alert's
 # raised_at), the drifted tail (attempts.DRIFTED_TAIL), steps ('1': this call also checks
 # contract drift and closes ledger entries, as on one Redis; '': a Redis Cluster's store did
-# or does those in steps of their own, in other slots), then per attempt its
+# or does those in steps of their own, in other slots), the attempts' ttl (0: the outcome's;
+# else the list expires once no attempt came for that long), then per attempt its
 # script_args() (case ID, task ID and time as JSON values, outcome_json(), outcome_members(),
 # shared_head(), drift_tail(), contract version as JSON, required_set_json()), its write id
 # ('' for none), its recorded_at in milliseconds (base.recorded_ms()), without steps what
@@ -154,6 +155,7 @@ local bound, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local generation_size = math.max(bound, 1)
 local max_alerts, raised_at, drifted_tail = ARGV[3], ARGV[4], ARGV[5]
 local steps = ARGV[6] == '1'
+local attempts_ttl = tonumber(ARGV[7])
 local alerts_key, ledger_key = KEYS[1], KEYS[2]
 local replies = {}
 
@@ -186,7 +188,7 @@ for i = 1, (#KEYS - 2) / 5 do
   local base = 2 + 5 * (i - 1)
   local outcome_key, attempts_key = KEYS[base + 1], KEYS[base + 2]
   local task_key, contract_key, case_key = KEYS[base + 3], KEYS[base + 4], KEYS[base + 5]
-  local at = 6 + 13 * (i - 1)
+  local at = 7 + 13 * (i - 1)
   local case_id, task_id, recorded_at = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local outcome, outcome_members, head = ARGV[at + 4], ARGV[at + 5], ARGV[at + 6]
   local tail, contract_version, required = ARGV[at + 7], ARGV[at + 8], ARGV[at + 9]
@@ -278,7 +280,9 @@ for i = 1, (#KEYS - 2) / 5 do
     if cache ~= 'miss' or not compact then
       local length = redis.call('RPUSH', attempts_key, entry .. ']')
       redis.call('LTRIM', attempts_key, -bound, -1)
-      if length == 1 and cache ~= 'miss' and ttl > 0 then  -- a compact first's later ones
+      if attempts_ttl > 0 then  -- until none has come for that long
+        redis.call('EXPIRE', attempts_key, attempts_ttl)
+      elseif length == 1 and cache ~= 'miss' and ttl > 0 then  -- a compact first's later ones
         local left = redis.call('PTTL', outcome_key)
         if left > 0 then redis.call('PEXPIRE', attempts_key, left) end
       end
@@ -286,7 +290,7 @@ for i = 1, (#KEYS - 2) / 5 do
     if case_id ~= 'null' then index(case_key, input_hash, ms, since) end
     if cache == 'miss' and ttl > 0 then
       redis.call('EXPIRE', outcome_key, ttl)
-      redis.call('EXPIRE', attempts_key, ttl)
+      if attempts_ttl == 0 then redis.call('EXPIRE', attempts_key, ttl) end
     end
   end
   if steps and write ~= '' then close(task_key, write) end
@@ -334,6 +338,7 @@ class RedisStore(RecordOne, RedisLedger):
         prefix: str = "evidence",
         max_attempts_per_hash: int = 100,
         ttl_seconds: int | None = None,
+        attempts_ttl_seconds: int | None = None,
         name: str | None = None,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
         ledger_ttl_seconds: int = LEDGER_TTL_SECONDS,
@@ -350,6 +355,7 @@ class RedisStore(RecordOne, RedisLedger):
         self.keys: KeyLayout = KeyLayout(prefix)
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl_seconds = ttl_seconds or 0
+        self.attempts_ttl_seconds = attempts_ttl_seconds or 0
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self._record: Script = client.register_script(RECORD_LUA)
         self.replicas = ReplicaWait(
@@ -418,6 +424,7 @@ class RedisStore(RecordOne, RedisLedger):
             to_json(now).decode(),  # raised_at, as pydantic writes it in a whole Alert
             DRIFTED_TAIL,
             "1",  # steps: drift and ledger close in the same call
+            self.attempts_ttl_seconds,
         ]
         keys_of = self.keys
         shared_keys = [keys_of.alert_streams()[0], keys_of.ledgers()[0]]

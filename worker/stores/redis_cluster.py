@@ -373,6 +373,7 @@ class RedisClusterStore(RedisStore):
             batch.raised_at,
             DRIFTED_TAIL,
             "",  # no steps: step 1 checked drift, step 3 closes
+            self.attempts_ttl_seconds,
         ]
         commands: list[Command] = []
         chunks: list[list[int]] = []

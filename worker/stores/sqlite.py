@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -42,6 +42,7 @@ from worker.stores.base import (
     recorded_ms,
 )
 from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
+from worker.stores.sqlite_prune import Pruned, prune
 from worker.stores.sqlite_transaction import immediate
 
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
@@ -252,6 +253,7 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         *,
         max_attempts_per_hash: int = 100,
         ttl_seconds: int | None = None,
+        attempts_ttl_seconds: int | None = None,
         busy_timeout_seconds: float = 30.0,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
         ledger_ttl_seconds: int = LEDGER_TTL_SECONDS,
@@ -261,6 +263,10 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
+        # What `prune` drops when given no time (worker/stores/sqlite_prune.py).
+        self.attempts_ttl = (
+            timedelta(seconds=attempts_ttl_seconds) if attempts_ttl_seconds else None
+        )
         try:
             # Autocommit mode: transactions are opened explicitly with BEGIN IMMEDIATE,
             # which takes the write lock up front so two racing writers serialize.
@@ -748,6 +754,22 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                 (task_id,),
             ).fetchone()
         return int(row[0])
+
+    def prune(
+        self,
+        before: datetime,
+        *,
+        now: datetime,
+        outcomes: bool = False,
+        progress: Callable[[Pruned], None] | None = None,
+    ) -> Pruned:
+        """Drop expired histories and the entries recorded before `before` (with `outcomes`,
+        the histories first recorded before it too): worker/stores/sqlite_prune.py."""
+        return prune(self._db, before=before, now=now, outcomes=outcomes, progress=progress)
+
+    def vacuum(self) -> None:
+        """Give the pages freed back to the file system (VACUUM: a rewrite of the file)."""
+        self._db.execute("VACUUM")
 
     def close(self) -> None:
         self._db.close()

@@ -125,3 +125,20 @@ def test_a_window_as_long_as_the_visibility_timeout_is_a_configuration_error(
     assert str(raised.value) == (
         "EVIDENCE_STORE_RETRY_WINDOW_SECONDS must be below EVIDENCE_VISIBILITY_TIMEOUT_SECONDS"
     )
+
+
+def test_attempts_kept_longer_than_their_outcome_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """They would go with their first outcome anyway: the setting would say what is not so."""
+    monkeypatch.setenv("EVIDENCE_RESULT_TTL_SECONDS", "60")
+    monkeypatch.setenv("EVIDENCE_ATTEMPTS_TTL_SECONDS", "61")
+
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings()
+
+    assert str(raised.value) == (
+        "EVIDENCE_ATTEMPTS_TTL_SECONDS must be at most EVIDENCE_RESULT_TTL_SECONDS"
+    )
+    monkeypatch.setenv("EVIDENCE_ATTEMPTS_TTL_SECONDS", "60")
+    assert load_settings().attempts_ttl_seconds == 60
