@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 import uuid
 from collections.abc import Iterable
@@ -26,6 +25,7 @@ from worker.cli.inputs import JsonLines
 from worker.cli.progress import Progress, over_input, process_elapsed
 from worker.errors import InputError
 from worker.pipeline.scoring import Delivery
+from worker.runtime import collector
 from worker.settings import Settings, masked_url
 from worker.stores import describe as describe_store
 
@@ -66,11 +66,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
         store_name = describe_store(service.store, url)
-        # As the worker's pool does (worker/runtime/pool.py): what is alive now (modules,
-        # pydantic schemas) outlives the scoring; unfrozen, every full collection re-scans it
-        # while the messages' objects come and go. Thawed after, for a caller in-process.
-        gc.collect()
-        gc.freeze()
+        # As the worker's pool does: the start-up heap frozen, young collections rare
+        # (worker/runtime/collector.py). Undone after, for a caller in-process.
+        thresholds = collector.settle()
         try:
             score_lines(source, service=service, tally=tally, progress=progress)
         except KeyboardInterrupt:
@@ -82,7 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
             return INTERRUPTED
         finally:
-            gc.unfreeze()
+            collector.restore(thresholds)
             service.close()
     progress.finish()
     if tally.total == 0:
