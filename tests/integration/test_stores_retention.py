@@ -238,3 +238,22 @@ def test_prune_refuses_a_redis_store(
         "evidence-worker: configuration error: prune works on a SQLite store: Redis expires"
         " keys itself (set EVIDENCE_RESULT_TTL_SECONDS and EVIDENCE_ATTEMPTS_TTL_SECONDS)\n",
     )
+
+
+def test_prune_defaults_to_now_less_the_attempts_ttl(
+    cli: Callable[..., Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FIXED_NOW is long past: with EVIDENCE_ATTEMPTS_TTL_SECONDS=60 every later attempt goes."""
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteStore(path)
+    store.record_many([(HASH, compact(n, recorded_at=at(n))) for n in (1, 2, 3)], now=at(3))
+    store.close()
+    monkeypatch.setenv("EVIDENCE_ATTEMPTS_TTL_SECONDS", "60")
+
+    run = cli("prune", "--store", f"sqlite:///{path}")
+
+    assert run.code == 0, run.err
+    assert run.err.startswith("prune: 2 attempts, 0 old and 0 expired histories")
+    history = SQLiteStore(path).history(HASH)
+    assert history is not None
+    assert (history.first.task_id, history.attempts, history.total_attempts) == ("task-1", [], 3)

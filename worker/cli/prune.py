@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from worker.cli.alerts import iso_time
 from worker.cli.common import add_store_option, describe, existing_store
 from worker.cli.exit_codes import OK
 from worker.errors import ConfigurationError
 from worker.settings import Settings, display_path
+
+if TYPE_CHECKING:
+    from worker.stores.sqlite_prune import Pruned
 
 
 def register(commands: Any) -> None:
@@ -53,7 +56,6 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.stores.sqlite import SQLiteStore
-    from worker.stores.sqlite_prune import Pruned
 
     now = datetime.now(UTC)
     before: datetime | None = args.before
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             raise ConfigurationError(
                 "prune: give --before ISO8601, or set EVIDENCE_ATTEMPTS_TTL_SECONDS"
             )
-        before = now - _seconds(settings.attempts_ttl_seconds)
+        before = now - timedelta(seconds=settings.attempts_ttl_seconds)
     with existing_store(args, settings) as store:
         if not isinstance(store, SQLiteStore):
             raise ConfigurationError(
@@ -89,17 +91,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return OK
 
 
-def _counts(done: Any) -> str:
+def _counts(done: Pruned) -> str:
     return (
         f"{done.attempts:,} attempts, {done.old_outcomes:,} old and "
         f"{done.expired_outcomes:,} expired histories, {done.contracts:,} expired contract rows"
     )
-
-
-def _seconds(count: int) -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=count)
 
 
 def _tty() -> bool:

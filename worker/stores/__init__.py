@@ -83,7 +83,6 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             path,
             max_attempts_per_hash=settings.max_attempts_per_hash,
             ttl_seconds=settings.result_ttl_seconds,
-            attempts_ttl_seconds=settings.attempts_ttl_seconds,
             dead_letter_max_bytes=settings.dead_letter_max_bytes,
             ledger_ttl_seconds=settings.ledger_ttl_seconds,
         )

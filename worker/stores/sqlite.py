@@ -253,7 +253,6 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         *,
         max_attempts_per_hash: int = 100,
         ttl_seconds: int | None = None,
-        attempts_ttl_seconds: int | None = None,
         busy_timeout_seconds: float = 30.0,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
         ledger_ttl_seconds: int = LEDGER_TTL_SECONDS,
@@ -263,10 +262,6 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
-        # What `prune` drops when given no time (worker/stores/sqlite_prune.py).
-        self.attempts_ttl = (
-            timedelta(seconds=attempts_ttl_seconds) if attempts_ttl_seconds else None
-        )
         try:
             # Autocommit mode: transactions are opened explicitly with BEGIN IMMEDIATE,
             # which takes the write lock up front so two racing writers serialize.
