@@ -35,7 +35,7 @@ def test_a_cycle_made_after_settle_is_still_collected() -> None:
         del first, second
         assert watched() is not None
         # A young collection runs once allocations outnumber deallocations by the threshold.
-        kept = [[] for _ in range(YOUNG_THRESHOLD + 1)]
+        kept: list[list[int]] = [[] for _ in range(YOUNG_THRESHOLD + 1)]
         assert watched() is None
         del kept
     finally:
