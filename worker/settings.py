@@ -135,6 +135,13 @@ class Settings(BaseSettings):
         "SQLite, what `evidence-worker prune` drops. At most `EVIDENCE_RESULT_TTL_SECONDS`. "
         "Unset: as long as the first outcome",
     )
+    store_cluster: bool = Field(
+        default=False,
+        description="`true`: the store URL names a node of a Redis Cluster, and a worker or "
+        "command refuses to start (one line, exit 2) when that node does not answer or is a "
+        "single Redis. `false`: the kind is asked as the store opens, and a server that does "
+        "not answer is taken for a single Redis and waited for, as in any outage",
+    )
     store_min_replicas: int | None = Field(
         default=None,
         ge=0,

@@ -34,6 +34,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "key_prefix",
             "result_ttl_seconds",
             "attempts_ttl_seconds",
+            "store_cluster",
             "store_min_replicas",
             "store_replica_timeout_ms",
         ),

@@ -454,34 +454,62 @@ def lonely_node(tmp_path: Path) -> Iterator[str]:
     cluster.kill(node)
 
 
-def refusals(redis_cluster: Cluster, lonely_node: str) -> dict[str, tuple[str, str]]:
+def refusals(redis_cluster: Cluster, lonely_node: str) -> dict[str, tuple[str, str, bool]]:
+    """Per case: the store URL, the one line said, and whether EVIDENCE_STORE_CLUSTER=true."""
     node = redis_cluster.nodes[0].address
+    (down,) = free_ports(1)
     return {
         "database other than 0": (
             f"redis://{node}/3",
             f"store URL redis://{node}/3 names database 3, but a Redis Cluster has database 0 "
             "only: drop the /N from the URL (or use /0) and choose the keys with "
             "EVIDENCE_KEY_PREFIX",
+            False,
         ),
         "uncovered slots": (
             lonely_node,
             f"store {lonely_node}: the Redis Cluster is not serving every slot "
             "(cluster_state:fail, 0 of 16384 slots assigned): fix it (redis-cli --cluster fix "
             "HOST:PORT) before starting",
+            False,
+        ),
+        # Without the setting, a node that does not answer is a store outage: waited for.
+        "declared cluster down": (
+            f"redis://127.0.0.1:{down}/0",
+            f"store redis://127.0.0.1:{down}/0: the Redis Cluster node does not answer (Error "
+            f"111 connecting to 127.0.0.1:{down}. Connection refused.); with "
+            "EVIDENCE_STORE_CLUSTER=true the store must be reachable at start: name a node "
+            "that is up",
+            True,
+        ),
+        "declared cluster is one Redis": (
+            "redis://127.0.0.1:6379/0",
+            "store redis://127.0.0.1:6379/0 is a single Redis, not a node of a Redis Cluster "
+            "(EVIDENCE_STORE_CLUSTER=true): name a cluster node, or unset it",
+            True,
         ),
     }
 
 
-@pytest.mark.parametrize("case", ["database other than 0", "uncovered slots"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "database other than 0",
+        "uncovered slots",
+        "declared cluster down",
+        "declared cluster is one Redis",
+    ],
+)
 def test_a_cluster_the_store_cannot_use_is_one_line_and_exit_2(
     redis_cluster: Cluster, lonely_node: str, tmp_path: Path, case: str
 ) -> None:
-    url, problem = refusals(redis_cluster, lonely_node)[case]
+    url, problem, declared = refusals(redis_cluster, lonely_node)[case]
     line = f"evidence-worker: configuration error: {problem}"
+    declared_env = {"EVIDENCE_STORE_CLUSTER": "true"} if declared else {}
     score = subprocess.run(
         [sys.executable, "-m", "worker.cli", "score", "-", "--store", url],
         cwd=tmp_path,
-        env=clean_env({}),
+        env=clean_env(declared_env),
         input='{"case_id": "x"}\n',
         capture_output=True,
         text=True,
@@ -491,7 +519,9 @@ def test_a_cluster_the_store_cannot_use_is_one_line_and_exit_2(
     worker = subprocess.run(
         worker_command(f"refused-{tmp_path.name}"),
         cwd=ROOT,
-        env=clean_env({"EVIDENCE_BROKER_URL": harness.BROKER_URL, "EVIDENCE_STORE_URL": url}),
+        env=clean_env(
+            {"EVIDENCE_BROKER_URL": harness.BROKER_URL, "EVIDENCE_STORE_URL": url, **declared_env}
+        ),
         capture_output=True,
         text=True,
         timeout=90,

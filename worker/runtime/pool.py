@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from celery.concurrency.prefork import TaskPool
+import gc
 
-from worker.runtime.collector import settle
+from celery.concurrency.prefork import TaskPool
 
 # Celery's name for writing a task to any child whose pipe is free (asynpool.SCHED_STRATEGIES).
 FIRST_COME_FIRST_SERVED = "fcfs"
@@ -23,7 +23,7 @@ class PrefetchingTaskPool(TaskPool):  # type: ignore[misc]  # celery has no type
     def on_start(self) -> None:
         if self.options.get("sched_strategy") in (None, "default"):
             self.options["sched_strategy"] = FIRST_COME_FIRST_SERVED
-        settle()  # worker/runtime/collector.py
+        freeze_imported_objects()
         super().on_start()
 
 
@@ -32,3 +32,15 @@ def forks_pool_processes(pool_cls: type) -> bool:
     main process (solo, threads). Not whether worker_process_init fires: Celery's solo pool
     sends it too, in the main process, as the pool is built; the threads pool never does."""
     return issubclass(pool_cls, TaskPool)
+
+
+def freeze_imported_objects() -> None:
+    """Move every object alive now (the imported modules, pydantic schemas) out of the cyclic
+    collector's reach, just before the children are forked.
+
+    They live as long as the process anyway. Unfrozen, each full collection re-scans them and
+    writes to their pages, so the forked children stop sharing those pages with the main
+    process.
+    """
+    gc.collect()
+    gc.freeze()

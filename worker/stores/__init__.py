@@ -109,7 +109,9 @@ def open_store(url: str, settings: Settings) -> ResultStore:
         # Writes wait for replicas (worker/stores/replicas.py).
         options["min_replicas"] = settings.store_min_replicas
         options["replica_timeout_ms"] = settings.store_replica_timeout_ms
-        if not url.startswith("unix://") and _is_cluster(url, db, client_options):
+        if not url.startswith("unix://") and _is_cluster(
+            url, db, client_options, declared=settings.store_cluster
+        ):
             from worker.stores.redis_cluster import RedisClusterStore
 
             return RedisClusterStore.from_url(url, client_options=client_options, **options)
@@ -131,12 +133,21 @@ def open_store(url: str, settings: Settings) -> ResultStore:
     )
 
 
-def _is_cluster(url: str, db: int, client_options: Mapping[str, Any] | None) -> bool:
+def _is_cluster(
+    url: str, db: int, client_options: Mapping[str, Any] | None, *, declared: bool = False
+) -> bool:
     """Whether the server at `url` is a node of a Redis Cluster (asked once, as the store
-    opens); a cluster the store could not use is a ConfigurationError."""
+    opens); a cluster the store could not use is a ConfigurationError, and so is, when the
+    store is `declared` a cluster (EVIDENCE_STORE_CLUSTER), a node that does not answer or a
+    single Redis."""
     from worker.settings import masked_url
 
-    masters = _cluster_masters(url, client_options)
+    masters = _cluster_masters(url, client_options, required=declared)
+    if masters is None and declared:
+        raise ConfigurationError(
+            f"store {masked_url(url)} is a single Redis, not a node of a Redis Cluster "
+            "(EVIDENCE_STORE_CLUSTER=true): name a cluster node, or unset it"
+        )
     if masters is not None and db != 0:
         raise ConfigurationError(
             f"store URL {masked_url(url)} names database {db}, but a Redis Cluster has "
@@ -146,10 +157,13 @@ def _is_cluster(url: str, db: int, client_options: Mapping[str, Any] | None) -> 
     return masters is not None
 
 
-def _cluster_masters(url: str, client_options: Mapping[str, Any] | None) -> int | None:
+def _cluster_masters(
+    url: str, client_options: Mapping[str, Any] | None, *, required: bool = False
+) -> int | None:
     """The masters of the Redis Cluster the server at `url` is a node of; None for a single
     Redis, and for a server that does not answer now, which is taken for a single Redis whose
-    store waits for it as for any outage."""
+    store waits for it as for any outage, unless a cluster is `required`: then that is a
+    ConfigurationError (nothing says which other nodes to try)."""
     import redis
 
     from worker.settings import masked_url
@@ -165,7 +179,13 @@ def _cluster_masters(url: str, client_options: Mapping[str, Any] | None) -> int 
         raise ConfigurationError(
             f"store {masked_url(url)}: Redis refused the login: {error}"
         ) from None
-    except redis.RedisError:
+    except redis.RedisError as error:
+        if required:
+            raise ConfigurationError(
+                f"store {masked_url(url)}: the Redis Cluster node does not answer ({error}); "
+                "with EVIDENCE_STORE_CLUSTER=true the store must be reachable at start: "
+                "name a node that is up"
+            ) from None
         return None
     finally:
         probe.close()
