@@ -17,12 +17,14 @@ from worker.bench.drain import sample_messages
 from worker.pipeline.scoring import Delivery, judge, make_attempt
 from worker.stores.attempts import (
     Expander,
+    _shared_head_spelled,
     derivable,
     drifted,
     entry,
     kept_outcome_members,
     kept_shared,
     outcome_members,
+    shared_head,
     shared_json,
     whole,
     with_first,
@@ -151,3 +153,17 @@ def test_a_first_stored_before_keeps_its_own_entry() -> None:
     old = first.model_copy(update={"answer_length": None})
 
     assert with_first(old, [old], 1, 100) == [old]
+
+
+def test_the_python_spelling_of_a_compact_attempt_is_orjsons() -> None:
+    """What orjson refuses (lone surrogates) takes the Python spelling: the two agree on
+    everything else, expected evidence and kept findings included."""
+    attempts = [
+        make_attempt(judge(message, Delivery(), policy), now=NOW, excerpt_chars=12)
+        for message in messages()
+        for policy in POLICIES.values()
+    ]
+    assert any(attempt.expected_evidence for attempt in attempts)
+    assert any(not derivable(attempt) for attempt in attempts)
+    for attempt in attempts:
+        assert shared_head(attempt) == _shared_head_spelled(attempt)
