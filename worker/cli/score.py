@@ -66,8 +66,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
         store_name = describe_store(service.store, url)
-        # As the worker's pool does: the start-up heap frozen, young collections rare
-        # (worker/runtime/collector.py). Undone after, for a caller in-process.
+        # The start-up heap frozen, as the worker's pool freezes it, and young collections
+        # rare (worker/runtime/collector.py). Undone after, for a caller in-process.
         thresholds = collector.settle()
         try:
             score_lines(source, service=service, tally=tally, progress=progress)

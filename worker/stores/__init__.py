@@ -105,10 +105,10 @@ def open_store(url: str, settings: Settings) -> ResultStore:
             "attempts_ttl_seconds": settings.attempts_ttl_seconds,
             "dead_letter_max_bytes": settings.dead_letter_max_bytes,
             "ledger_ttl_seconds": settings.ledger_ttl_seconds,
+            # Writes wait for replicas (worker/stores/replicas.py).
+            "min_replicas": settings.store_min_replicas,
+            "replica_timeout_ms": settings.store_replica_timeout_ms,
         }
-        # Writes wait for replicas (worker/stores/replicas.py).
-        options["min_replicas"] = settings.store_min_replicas
-        options["replica_timeout_ms"] = settings.store_replica_timeout_ms
         if not url.startswith("unix://") and _is_cluster(
             url, db, client_options, declared=settings.store_cluster
         ):

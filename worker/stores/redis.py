@@ -417,15 +417,9 @@ class RedisStore(RecordOne, RedisLedger):
         if not items:
             return []
         ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
-        head: list[Any] = [
-            self.max_attempts_per_hash,
-            self.ttl_seconds,
-            MAX_ALERTS,
-            to_json(now).decode(),  # raised_at, as pydantic writes it in a whole Alert
-            DRIFTED_TAIL,
-            "1",  # steps: drift and ledger close in the same call
-            self.attempts_ttl_seconds,
-        ]
+        # raised_at as pydantic writes it in a whole Alert; steps: drift and ledger close in
+        # the same call
+        head = self._record_head(to_json(now).decode(), steps=True)
         keys_of = self.keys
         shared_keys = [keys_of.alert_streams()[0], keys_of.ledgers()[0]]
         calls = []
@@ -453,6 +447,18 @@ class RedisStore(RecordOne, RedisLedger):
         return [
             self._recorded(input_hash, attempt, reply, now)
             for (input_hash, attempt), reply in zip(items, replies, strict=True)
+        ]
+
+    def _record_head(self, raised_at: str, *, steps: bool) -> list[Any]:
+        """RECORD_LUA's arguments before the attempts' (see its comment)."""
+        return [
+            self.max_attempts_per_hash,
+            self.ttl_seconds,
+            MAX_ALERTS,
+            raised_at,
+            DRIFTED_TAIL,
+            "1" if steps else "",
+            self.attempts_ttl_seconds,
         ]
 
     def _run_scripts(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:

@@ -46,7 +46,7 @@ from contracts import Attempt
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import REPLICA_TIMEOUT_MS, masked_url
-from worker.stores.attempts import DRIFTED_TAIL, required_set_json, script_args
+from worker.stores.attempts import required_set_json, script_args
 from worker.stores.base import DeadLetter, Recorded, recorded_ms
 from worker.stores.keys import ClusterKeyLayout
 from worker.stores.ledger import LedgerEntry, task_and_position
@@ -366,15 +366,7 @@ class RedisClusterStore(RedisStore):
         by_shard: dict[str, list[int]] = defaultdict(list)
         for index, (input_hash, _) in enumerate(items):
             by_shard[self.layout.alerts_in(self.keys.outcome(input_hash))].append(index)
-        head: list[Any] = [
-            self.max_attempts_per_hash,
-            self.ttl_seconds,
-            MAX_ALERTS,
-            batch.raised_at,
-            DRIFTED_TAIL,
-            "",  # no steps: step 1 checked drift, step 3 closes
-            self.attempts_ttl_seconds,
-        ]
+        head = self._record_head(batch.raised_at, steps=False)  # step 1 checked drift, 3 closes
         commands: list[Command] = []
         chunks: list[list[int]] = []
         for stream, indexes in by_shard.items():
