@@ -11,7 +11,7 @@ What a store keeps is compact (issue 24): a citation is an array, missing_claim_
 findings are left out where they are what triage derives from the rest (derivable(); the
 attempt keeps triage's inputs, answer_length and expected_evidence, and Attempt._derived
 derives them on read), and a first attempt is kept once, with no copy of its outcome or
-shared members and no entry of its own (kept_shared(), with_first()). On the bench's mix
+shared members and no entry of its own (kept_comparands(), with_first()). On the bench's mix
 that took a Redis store from 3,715 to 1,838 bytes a message and SQLite from 3,639 to 1,371.
 
 A JSON object entry is a whole attempt, as versions before this encoding wrote every entry;
@@ -275,20 +275,16 @@ def _whole(own: tuple[str, str, str], attempt: Attempt, shared: str) -> str:
 SHARED_START: Final = re.compile(r',"answer_length":\d+,"required_claim_ids":')
 
 
-def kept_shared(first: str) -> str | None:
-    """shared_json() of a stored compact first attempt, read out of its whole(); None for a
-    first stored before the compact layout (it keeps a copy of its own, or none)."""
-    found = SHARED_START.search(first)
-    return None if found is None else first[found.start() + 1 : -1]
-
-
-def kept_outcome_members(first: str) -> str | None:
-    """outcome_members() of a stored compact first attempt, read out of its whole(); None for
-    a first stored before (it keeps its outcome_json() beside it)."""
+def kept_comparands(first: str) -> tuple[str, str] | None:
+    """outcome_json() and shared_json() of a stored compact first attempt, read out of its
+    whole(), what a later attempt is compared by; None for a first stored before the compact
+    layout (it keeps both beside it, or neither). Its outcome members are `"value":V,
+    "reason":R` before the shared ones, V a number or null: outcome_json() is `[V, R]`."""
     found = SHARED_START.search(first)
     if found is None:
         return None
-    return first[first.find(',"value":') + 1 : found.start()]
+    value, _, reason = first[first.find(',"value":') + 9 : found.start()].partition(',"reason":')
+    return f"[{value}, {reason}]", first[found.start() + 1 : -1]
 
 
 def keeps_own_entry(first: Attempt) -> bool:

@@ -133,7 +133,7 @@ end
 # a later one with another set is recorded with DRIFTED_TAIL instead of its own tail.
 # A compact first (its shared_head() starts with answer_length: every attempt this version
 # makes) is kept once: no `outcome` or `shared` copy beside it, no entry of its own in the
-# list (both are read out of `first`, as attempts.kept_outcome_members() and kept_shared() do,
+# list (both are read out of `first`, where attempts.kept_comparands() reads them,
 # and history() puts it before the later entries). A hash written before keeps its copies, its
 # entries are compared with them and include the first's. One written before `shared` was
 # kept has none: its entries keep their lists. One written before write ids were kept has
@@ -223,7 +223,7 @@ for i = 1, (#KEYS - 2) / 5 do
       local number = (tonumber(stored[4]) or 0) + 1
       local differing = {}
       -- A compact first keeps no copy of its outcome or shared members: they are read out of
-      -- `first` (attempts.kept_outcome_members() and kept_shared()).
+      -- `first`, where attempts.kept_comparands() reads them.
       local same, kept = stored[1] == outcome, stored[2]
       if not stored[1] then
         local from = string.find(stored[3], ',"value":', 1, true)

@@ -23,9 +23,7 @@ from worker.stores.attempts import (
     entry,
     first_rows,
     keeps_own_entry,
-    kept_outcome_members,
-    kept_shared,
-    outcome_members,
+    kept_comparands,
     required_set_json,
     same_shared_fields,
     shared_json,
@@ -58,7 +56,7 @@ SCHEMA_VERSION = 6
 SCHEMA = (
     # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
     # is compared without parsing the first; NULL in rows migrated from version 0, and where
-    # the first is compact (it holds both: attempts.kept_outcome_members(), kept_shared()).
+    # the first is compact (it holds both: attempts.kept_comparands()).
     """CREATE TABLE IF NOT EXISTS outcomes (
         id INTEGER PRIMARY KEY,
         input_hash TEXT NOT NULL UNIQUE,
@@ -197,13 +195,6 @@ class _Outcome:
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and datetime.fromisoformat(self.expires_at) <= now
-
-    def outcome_members(self) -> str | None:
-        """A compact first's outcome_members(), read out of it (None for an earlier one)."""
-        first = self.first
-        if isinstance(first, Attempt):
-            return outcome_members(first) if not keeps_own_entry(first) else None
-        return kept_outcome_members(first)
 
     def first_attempt(self) -> Attempt:
         if isinstance(self.first, str):
@@ -417,8 +408,8 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         """A hash's first attempt, kept in a new outcomes row or in the `expired` one's (its
         id), and the attempt's own entry."""
         first, outcome_text, shared, own = first_rows(attempt)
-        # A compact first keeps neither its outcome_json() nor its shared members twice.
-        compact = kept_shared(first) is not None
+        # A compact first is not kept twice: its comparands are read out of it.
+        compact = not keeps_own_entry(attempt)
         kept, outcome_kept = (None, None) if compact else (shared, outcome_text)
         db = self._db
         if expired is None:
@@ -438,7 +429,7 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                 (first, expires_at, outcome_kept, kept, expired),
             )
             outcome_id = expired
-        return _Outcome(outcome_id, 1, attempt, expires_at, outcome_kept, shared), own
+        return _Outcome(outcome_id, 1, attempt, expires_at, outcome_text, shared), own
 
     def _contracts(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], _Contract]:
         """The first required sets kept for these (contract version, case ID) pairs."""
@@ -526,10 +517,15 @@ class SQLiteStore(RecordOne, SQLiteLedger):
                 f" FROM outcomes WHERE input_hash IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
-            for input_hash, outcome_id, total, first, expires_at, outcome, kept in rows:
-                # A compact first keeps its shared members in itself.
-                shared = kept_shared(first) if kept is None else kept
-                found[input_hash] = _Outcome(outcome_id, total, first, expires_at, outcome, shared)
+            for input_hash, outcome_id, total, first, expires_at, outcome, shared in rows:
+                # A compact first keeps what it is compared by in itself.
+                comparands = None if shared is not None else kept_comparands(first)
+                if comparands is None:
+                    found[input_hash] = _Outcome(
+                        outcome_id, total, first, expires_at, outcome, shared
+                    )
+                else:
+                    found[input_hash] = _Outcome(outcome_id, total, first, expires_at, *comparands)
         return found
 
     def _writes(
@@ -565,11 +561,7 @@ class SQLiteStore(RecordOne, SQLiteLedger):
         now: datetime,
     ) -> Recorded:
         """A later attempt: hit or conflict with the first, and its entry."""
-        kept = None if outcome.outcome is not None else outcome.outcome_members()
-        if kept is not None and outcome.shared is not None:  # a compact first
-            same_outcome = kept == outcome_members(attempt)
-            same_shared = outcome.shared == shared_json(attempt)
-        elif outcome.outcome is not None and outcome.shared is not None:
+        if outcome.outcome is not None and outcome.shared is not None:
             same_outcome = outcome.outcome == outcome_json(attempt)
             same_shared = outcome.shared == shared_json(attempt)
         else:

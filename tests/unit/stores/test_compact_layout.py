@@ -15,15 +15,14 @@ from contracts import Attempt, AttributionResult, Policy
 from contracts.policy import PolicyGroup, parse_policy
 from worker.bench.drain import sample_messages
 from worker.pipeline.scoring import Delivery, judge, make_attempt
+from worker.stores import outcome_json
 from worker.stores.attempts import (
     Expander,
     _shared_head_spelled,
     derivable,
     drifted,
     entry,
-    kept_outcome_members,
-    kept_shared,
-    outcome_members,
+    kept_comparands,
     shared_head,
     shared_json,
     whole,
@@ -104,15 +103,20 @@ def test_a_retrieved_id_with_a_lone_surrogate_keeps_the_findings() -> None:
 
 
 def test_a_compact_first_holds_its_outcome_and_shared_members() -> None:
-    """What the stores compare a later attempt with is read out of the first itself."""
-    attempt = make_attempt(judge(messages()[3], Delivery(task_id="t"), None), now=NOW)
-    stored = whole(attempt)
-
-    assert stored.count(',"answer_length":') == 1
-    assert kept_shared(stored) == shared_json(attempt)
-    assert kept_outcome_members(stored) == outcome_members(attempt)
-    without = whole(attempt.model_copy(update={"answer_length": None}))
-    assert (kept_shared(without), kept_outcome_members(without)) == (None, None)
+    """What the stores compare a later attempt with is read out of the first itself: for
+    every attempt (invalid rows' null values, reasons with quotes and commas included)."""
+    attempts = [
+        make_attempt(judge(message, Delivery(task_id="t"), None), now=NOW) for message in messages()
+    ]
+    assert any(attempt.value is None for attempt in attempts)
+    for attempt in attempts:
+        stored = whole(attempt)
+        assert stored.count(',"answer_length":') == 1
+        assert kept_comparands(stored) == (outcome_json(attempt), shared_json(attempt))
+        odd = attempt.model_copy(update={"reason": 'a, "reason": b,"value":1'})
+        assert kept_comparands(whole(odd)) == (outcome_json(odd), shared_json(odd))
+    without = whole(attempts[3].model_copy(update={"answer_length": None}))
+    assert kept_comparands(without) is None
 
 
 def test_a_later_entry_with_its_own_lists_derives_its_own_findings() -> None:
