@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.bench.drain import sample_messages
+from worker.bench.drain import forget_keys, sample_messages
 
 DEFAULT_SIZES = (200, 1200)
 DEFAULT_STORE = "sqlite"
@@ -137,23 +137,10 @@ class Counter:
                     )
         finally:
             if self.store != "sqlite":
-                _delete_keys(self.store, prefix)
+                forget_keys(self.store, prefix)
         total = callgrind_total(output.read_text(encoding="utf-8"))
         self.progress(f"instructions: {messages.name}: {total:,} Ir ({output.name})")
         return total
-
-
-def _delete_keys(url: str, prefix: str) -> None:
-    """The run's keys on a Redis store (its key prefix, hash-tagged or not)."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-        for start in range(0, len(keys), 1000):
-            client.delete(*keys[start : start + 1000])
-    finally:
-        client.close()
 
 
 def compare(
