@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from worker.stores.sqlite_transaction import immediate
@@ -61,7 +61,7 @@ def prune(
 
     def report(**more: int) -> None:
         nonlocal done
-        done = Pruned(**{k: getattr(done, k) + more.get(k, 0) for k in vars(done)})
+        done = replace(done, **{name: getattr(done, name) + count for name, count in more.items()})
         if progress is not None:
             progress(done)
 
