@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from worker.cli import main
 
 POLICY = Path(__file__).resolve().parents[2] / "contracts" / "examples" / "policy.toml"
@@ -40,6 +42,23 @@ def outputs(url: str, hashes: list[str], cases: list[str]) -> dict[str, Any]:
             "explain", "--case", case, "--store", url, "--policy", str(POLICY)
         )
     return found
+
+
+def restore_redis_keys(client: redis.Redis, prefix: str, keys: dict[str, Any]) -> None:
+    """Write a fixture's Redis keys (redis-keys.json: name -> type and value), each named
+    under `prefix` in place of the `evidence` it was written with."""
+    for key, stored in keys.items():
+        name, value = prefix + key.removeprefix("evidence"), stored["value"]
+        if stored["type"] == "hash":
+            client.hset(name, mapping=value)
+        elif stored["type"] == "list":
+            client.rpush(name, *value)
+        elif stored["type"] == "zset":
+            client.zadd(name, dict(value))
+        else:
+            assert stored["type"] == "stream", stored["type"]
+            for fields in value:
+                client.xadd(name, fields)
 
 
 def cases_of(run_file: Path) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from tests.conftest import EXAMPLES, Run
+from tests.integration.store_outputs import restore_redis_keys
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "store-28e2bf7"
 POLICY = EXAMPLES / "policy.toml"
@@ -45,15 +46,7 @@ def old_store(
     client: redis.Redis = request.getfixturevalue("redis_client")
     prefix: str = request.getfixturevalue("key_prefix")
     monkeypatch.setenv("EVIDENCE_KEY_PREFIX", prefix)
-    for key, stored in old_redis_keys().items():
-        name = prefix + key.removeprefix("evidence")
-        if stored["type"] == "hash":
-            client.hset(name, mapping=stored["value"])
-        elif stored["type"] == "list":
-            client.rpush(name, *stored["value"])
-        else:
-            for fields in stored["value"]:
-                client.xadd(name, fields)
+    restore_redis_keys(client, prefix, old_redis_keys())
     return request.getfixturevalue("redis_url")
 
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from tests.conftest import Run
-from tests.integration.store_outputs import POLICY, cases_of, outputs
+from tests.integration.store_outputs import POLICY, cases_of, outputs, restore_redis_keys
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "store-47f93cb"
 
@@ -68,18 +68,7 @@ def old_store(kind: str, fresh_store: str, request: pytest.FixtureRequest) -> st
         return fresh_store
     client: redis.Redis = request.getfixturevalue("redis_client")
     prefix: str = request.getfixturevalue("key_prefix")
-    for key, stored in old_keys().items():
-        name, value = prefix + key.removeprefix("evidence"), stored["value"]
-        if stored["type"] == "hash":
-            client.hset(name, mapping=value)
-        elif stored["type"] == "list":
-            client.rpush(name, *value)
-        elif stored["type"] == "zset":
-            client.zadd(name, dict(value))
-        else:
-            assert stored["type"] == "stream", stored["type"]
-            for fields in value:
-                client.xadd(name, fields)
+    restore_redis_keys(client, prefix, old_keys())
     return fresh_store
 
 
