@@ -355,9 +355,10 @@ def test_a_batch_size_below_1_is_a_usage_error(
     run = publish(str(EXAMPLE), "--batch", value)
 
     assert run.code == INVALID
-    assert run.stderr.startswith("usage: evidence-worker publish")
-    assert run.stderr_lines[-1] == f"{PROG} publish: error: {error}"
-    assert "Traceback" not in run.stderr
+    assert run.stderr_lines == [
+        f"{PROG} publish: error: {error}",
+        f"run '{PROG} publish --help' for the options",
+    ]
     assert queued(queue) == []
 
 

@@ -27,9 +27,10 @@ from worker.cli import (
     score,
     show,
 )
-from worker.cli.common import PROG, HelpfulParser
+from worker.cli.common import PROG
 from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
 from worker.errors import ConfigurationError, InputError, TransientError
+from worker.usage import HelpfulParser
 
 if TYPE_CHECKING:
     from worker.settings import Settings
@@ -69,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     for module in MODULES:
         module.register(commands)
+    for command in commands.choices.values():
+        # An unrecognized option is the root parser's error in argparse; _dispatch reports
+        # it as the command's, whose --help lists the options.
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -99,7 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:
+        getattr(args, "command_parser", parser).error(
+            f"unrecognized arguments: {' '.join(unrecognized)}"
+        )
     try:
         from worker.observability.logging import configure_logging
         from worker.settings import load_settings
