@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"Run '{PROG} COMMAND --help' for a command's options.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"{PROG} {version('evidence-coverage-worker')}"
+        "--version",
+        action=Versions,
+        help="show the worker's, the metric's and Ragas's versions and exit",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=HelpfulParser)
     commands.required = True
@@ -75,6 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
         # it as the command's, whose --help lists the options.
         command.set_defaults(command_parser=command)
     return parser
+
+
+class Versions(argparse.Action):
+    """--version: the worker, the metric and the Ragas it scores with, the three versions a
+    record carries; looked up when asked for, so that no other command pays the import."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from contracts import METRIC_VERSION, RAGAS_VERSION
+
+        worker = version("evidence-coverage-worker")
+        print(f"{PROG} {worker} (metric {METRIC_VERSION}, ragas {RAGAS_VERSION})")
+        parser.exit()
 
 
 # Each command's module is named after it.
