@@ -16,6 +16,7 @@ from worker.cli import (
     alerts,
     bench,
     canary,
+    dead_letters,
     explain,
     gate,
     health,
@@ -41,6 +42,7 @@ MODULES = (
     show,
     explain,
     alerts,
+    dead_letters,
     publish,
     reconcile,
     bench,
@@ -72,9 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Each command's module is named after it.
+# Each command's module is named after it, "_" for "-" (dead_letters: dead-letters).
 COMMANDS: dict[str, Handler] = {
-    module.__name__.rpartition(".")[2]: module.run for module in MODULES
+    module.__name__.rpartition(".")[2].replace("_", "-"): module.run for module in MODULES
 }
 
 

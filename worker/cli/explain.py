@@ -37,6 +37,8 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     policy = resolve_policy(args, settings, required=False)
     with existing_store(args, settings) as store:
+        if args.case is not None and not store.hashes_for_case(args.case, limit=1):
+            return _rejected(store, args.case)
         history, older = _look_up(store, args)
     sys.stdout.write(explain(history, policy, case_id=args.case, older=older))
     first = history.first
@@ -49,6 +51,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if decision is not None and decision.status == "invalid":
         return INVALID
     return POLICY_FAILURE if decision is not None and decision.status == "fail" else OK
+
+
+def _rejected(store: ResultStore, case_id: str) -> int:
+    """A case never scored: its newest dead letter says when and why it was rejected."""
+    from worker.audit.letters import of_case, rejected_text
+
+    found = of_case(store.letters_newest_first(), case_id)
+    if found is None:
+        raise no_hash_for_case(case_id)
+    sys.stdout.write(rejected_text(case_id, *found))
+    return INVALID
 
 
 def _look_up(store: ResultStore, args: argparse.Namespace) -> tuple[History, int]:
