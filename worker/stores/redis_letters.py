@@ -49,6 +49,8 @@ class RedisLetters:
             index = int(shard, 16) if re.fullmatch(r"[0-9a-f]{2}", shard) else -1
         if not 0 <= index < len(streams) or not _ENTRY_ID.fullmatch(entry_id):
             return None
+        if any(int(part) >= 2**64 for part in entry_id.split("-")):  # Redis would refuse it
+            return None
         return streams[index], entry_id
 
     def letters_newest_first(self) -> Iterator[tuple[str, DeadLetter]]:
