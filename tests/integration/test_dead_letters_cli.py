@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,7 +18,8 @@ import pytest
 
 from contracts import AttributionResult, input_hash
 from tests.conftest import BASE_MESSAGE, FIXED_NOW
-from worker.audit.letters import aware
+from tests.integration.worker_harness import BROKER_URL, queue_length
+from worker.audit.letters import aware, origin
 from worker.cli import main
 from worker.cli.exit_codes import INVALID, OK
 from worker.settings import Settings
@@ -333,3 +335,37 @@ def test_explain_of_a_rejected_case_says_when_why_and_which_letter(
         f"dead letter: {letter_id} (evidence-worker dead-letters show {letter_id}; fix the "
         f"producer, then dead-letters replay {letter_id})\n"
     )
+
+
+def test_a_worker_letter_still_invalid_is_dead_lettered_again_and_never_sent(
+    cli: Callable[..., Run], store: ResultStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked before it is sent: rejected with its reason, kept as a new letter of the same
+    task and position, the old one removed, nothing on the queue; exit 2."""
+    queue = f"test-queue-{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("EVIDENCE_BROKER_URL", BROKER_URL)
+    monkeypatch.setenv("EVIDENCE_QUEUE", queue)
+    body = json.dumps(JUNK)
+    store.dead_letter(
+        DeadLetter(received_at=FIXED_NOW, error=EXTRA, body=body, task_id="task-9", position=1)
+    )
+    old_id, _ = only_letter(store)
+
+    run = cli("dead-letters", "replay", old_id)
+
+    assert run.code == INVALID
+    assert run.lines == [{"id": old_id, "case_id": "junk-1", "invalid": EXTRA}]
+    assert run.stderr == (
+        f"dead-letters replay: 1 letter: 1 still invalid (dead-lettered again: letter {old_id}:"
+        f" {EXTRA})\n"
+    )
+    new_id, new = only_letter(store)
+    assert new_id != old_id
+    assert (new.body, new.error, new.task_id, new.position, origin(new)) == (
+        body,
+        EXTRA,
+        "task-9",
+        1,
+        "worker",
+    )
+    assert queue_length(BROKER_URL, queue) == 0
