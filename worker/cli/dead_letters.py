@@ -176,7 +176,23 @@ def run_replay(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError(f"{NAME} replay: give letter ids (see `{NAME} list`) or --all")
     if args.wait < 0:
         raise InputError(f"{NAME} replay: --wait must be 0 or more seconds, got {args.wait:g}")
-    return replay(args, settings)
+    with existing_store(args, settings) as store:
+        letter_ids = _chosen(store, args, settings)
+    return replay(letter_ids, args, settings)
+
+
+def _chosen(store: ResultStore, args: argparse.Namespace, settings: Settings) -> list[str]:
+    """The ids asked for (oldest first with --all); an unknown id stops the run before it
+    touches anything."""
+    from worker.audit.letters import select
+
+    if args.all:
+        chosen = select(store.letters_newest_first(), reason=args.reason)
+        return [letter_id for letter_id, _ in chosen]
+    for letter_id in args.letter_ids:
+        if store.letter(letter_id) is None:
+            raise unknown_letter(where(store, args, settings), letter_id, "replay")
+    return list(dict.fromkeys(args.letter_ids))
 
 
 def run_purge(args: argparse.Namespace, settings: Settings) -> int:

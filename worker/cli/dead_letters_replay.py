@@ -19,16 +19,8 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from worker.audit.letters import origin, replay_task_id, select
-from worker.cli.common import (
-    Tally,
-    dumps_line,
-    existing_store,
-    resolve_policy,
-    store_errors,
-    store_url,
-)
-from worker.cli.dead_letters import NAME, unknown_letter, where
+from worker.audit.letters import origin, replay_task_id
+from worker.cli.common import Tally, dumps_line, resolve_policy, store_errors, store_url
 from worker.cli.exit_codes import INVALID, OK, UNRECORDED
 from worker.errors import ConfigurationError, InputError
 from worker.pipeline.scoring import Delivery
@@ -39,9 +31,9 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from worker.pipeline.service import Service
-    from worker.stores import ResultStore
     from worker.upstream.publishing import Outgoing
 
+LABEL = "dead-letters replay"
 CHUNK = 200  # letters read and replayed per step: one store call for score's, one send
 
 
@@ -77,7 +69,7 @@ class Replayed:
             (self.gone, "removed meanwhile"),
         ]
         said = ", ".join(f"{count} {what}" for count, what in parts if count)
-        return f"{NAME} replay: {total} letter{'' if total == 1 else 's'}: {said or 'none'}"
+        return f"{LABEL}: {total} letter{'' if total == 1 else 's'}: {said or 'none'}"
 
     def still_invalid(self, letter_id: str, reason: str) -> None:
         self.invalid += 1
@@ -85,13 +77,12 @@ class Replayed:
             self.first_invalid = (letter_id, reason)
 
 
-def replay(args: argparse.Namespace, settings: Settings) -> int:
+def replay(letter_ids: Sequence[str], args: argparse.Namespace, settings: Settings) -> int:
+    """Replay the letters of these ids (chosen by worker/cli/dead_letters.py), CHUNK at a time."""
     from worker.pipeline.service import Service
 
     policy = resolve_policy(args, settings, required=False)
     url = store_url(args, settings)
-    with existing_store(args, settings) as store:
-        letter_ids = _chosen(store, args, settings)
     with store_errors(url):
         run = Replay(Service.open(settings, store_url=url, policy=policy), settings, args.wait)
         try:
@@ -102,18 +93,6 @@ def replay(args: argparse.Namespace, settings: Settings) -> int:
             run.close()
     print(run.done.summary(len(letter_ids)), file=sys.stderr)
     return run.done.exit_code
-
-
-def _chosen(store: ResultStore, args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The ids asked for (oldest first with --all); an unknown id stops the run before it
-    touches anything."""
-    if args.all:
-        chosen = select(store.letters_newest_first(), reason=args.reason)
-        return [letter_id for letter_id, _ in chosen]
-    for letter_id in args.letter_ids:
-        if store.letter(letter_id) is None:
-            raise unknown_letter(where(store, args, settings), letter_id, "replay")
-    return list(dict.fromkeys(args.letter_ids))
 
 
 class Replay:
@@ -176,7 +155,7 @@ class Replay:
 
         if self.settings.ledger_ttl_seconds <= 0:
             raise ConfigurationError(
-                f"{NAME} replay sends a worker's letters through the publish ledger, which "
+                f"{LABEL} sends a worker's letters through the publish ledger, which "
                 "EVIDENCE_LEDGER_TTL_SECONDS=0 turns off: set it above 0"
             )
         limit = self.settings.max_message_bytes
