@@ -24,7 +24,9 @@ def register(commands: Any) -> None:
             "hash (with --case: the newest hash recorded for that case): case, versions, value "
             "and reason, the status under the policy (--policy or --min-coverage, else the "
             "environment's; without one the row is not decided), the owner, and per missing "
-            "claim its finding and the artifact to open next. Exit 0, or as for the row: 1 "
+            "claim its finding and the artifact to open next. A case only ever rejected is "
+            "explained from its dead letter: when, why and the letter's id (exit 2). "
+            "Exit 0, or as for the row: 1 "
             "when it fails the policy, 2 when it is invalid or its contract drifted, 3 when "
             "its kept attempts disagree (the highest applies).",
         ),
