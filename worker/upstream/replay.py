@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from contracts import AttributionResult
 from worker.constants import SCORE
@@ -24,9 +24,13 @@ from worker.upstream.publishing import Outgoing, as_sent, ledger_entry, send_not
 if TYPE_CHECKING:
     from celery import Celery
 
-    from worker.stores.base import LetterBox
-
 POLL_SECONDS = 0.2
+
+
+class OpenEntries(Protocol):
+    """The one question wait_closed() asks a store (base.LetterBox.still_open)."""
+
+    def still_open(self, write_ids: Sequence[str]) -> set[str]: ...
 
 
 def replay_task(
@@ -45,7 +49,7 @@ def send_replays(app: Celery, tasks: Sequence[Outgoing], *, queue: str, ledger: 
 
 
 def wait_closed(
-    store: LetterBox,
+    store: OpenEntries,
     write_ids: Sequence[str],
     *,
     wait_seconds: float,
