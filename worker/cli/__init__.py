@@ -16,6 +16,7 @@ from worker.cli import (
     alerts,
     bench,
     canary,
+    dead_letters,
     explain,
     gate,
     health,
@@ -42,6 +43,7 @@ MODULES = (
     show,
     explain,
     alerts,
+    dead_letters,
     publish,
     reconcile,
     bench,
@@ -94,9 +96,9 @@ class Versions(argparse.Action):
         parser.exit()
 
 
-# Each command's module is named after it.
+# Each command's module is named after it, "_" for "-" (dead_letters: dead-letters).
 COMMANDS: dict[str, Handler] = {
-    module.__name__.rpartition(".")[2]: module.run for module in MODULES
+    module.__name__.rpartition(".")[2].replace("_", "-"): module.run for module in MODULES
 }
 
 

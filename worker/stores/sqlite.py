@@ -40,6 +40,7 @@ from worker.stores.base import (
     recorded_ms,
 )
 from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
+from worker.stores.sqlite_letters import SQLiteLetters
 from worker.stores.sqlite_prune import Pruned, prune
 from worker.stores.sqlite_transaction import immediate
 
@@ -235,7 +236,7 @@ def _replayed(outcome: _Outcome, found: str, drift: str | None) -> Recorded:
     return _marked(recorded, drift)
 
 
-class SQLiteStore(RecordOne, SQLiteLedger):
+class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
     """ResultStore over one SQLite file; every record() is one IMMEDIATE transaction."""
 
     def __init__(
