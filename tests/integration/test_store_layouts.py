@@ -28,11 +28,37 @@ HASHES = sorted(key.split("{")[1].split("}")[0] for key in old_keys() if key.end
 CASES = sorted(set(cases_of(OLD / "run.jsonl")) | set(cases_of(OLD / "rerun.jsonl")))
 
 
+# Issue 25, item 3: `explain --case` of a case only ever rejected reads its dead letter, where
+# 47f93cb printed nothing (and "no input hash recorded" on stderr). Its letter's id is the
+# store's own (a Redis stream entry ID is new each time the fixture is restored): masked.
+NOW_EXPLAINED = "explain --case refund-003"
+LETTER_RECEIVED = {
+    "sqlite": "2026-12-06T21:09:15.992148+00:00",
+    "redis": "2026-12-06T21:09:17.593329+00:00",
+}
+
+
+def rejected_explained(received_at: str) -> tuple[int, str]:
+    return (
+        2,
+        f"case: refund-003\nrejected: {received_at} (never scored: no input hash)\n"
+        "reason: schema: supported_claim_ids: Field required; supported_claims: Extra inputs "
+        "are not permitted\nowner: evaluation-data\ndead letter: ID (evidence-worker "
+        "dead-letters show ID; fix the producer, then dead-letters replay ID)\n",
+    )
+
+
+def letter_ids_masked(found: dict[str, Any]) -> dict[str, Any]:
+    code, text = found[NOW_EXPLAINED]
+    masked = re.sub(r"(?<=dead letter: )\S+|(?<=show )\S+(?=;)|(?<=replay )\S+(?=\))", "ID", text)
+    return {**found, NOW_EXPLAINED: (code, masked)}
+
+
 def expected(kind: str) -> dict[str, Any]:
     return {
         key: tuple(found)
         for key, found in json.loads((OLD / f"outputs-{kind}.json").read_text()).items()
-    }
+    } | {NOW_EXPLAINED: rejected_explained(LETTER_RECEIVED[kind])}
 
 
 def same_history(found: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +102,7 @@ def test_an_old_store_prints_exactly_what_it_printed(old_store: str, kind: str) 
     found = outputs(old_store, HASHES, CASES)
 
     assert len(found) == 2 + len(HASHES) + 2 * len(CASES) == 57
-    assert found == expected(kind)
+    assert letter_ids_masked(found) == expected(kind)
 
 
 def test_a_new_store_prints_the_same_for_the_same_history(
@@ -87,7 +113,7 @@ def test_a_new_store_prints_the_same_for_the_same_history(
 
     found = outputs(fresh_store, HASHES, CASES)
 
-    assert same_history(found) == same_history(expected(kind))
+    assert same_history(letter_ids_masked(found)) == same_history(expected(kind))
 
 
 def test_scoring_goes_on_in_an_old_store(

@@ -118,9 +118,12 @@ def store_url(args: argparse.Namespace, settings: Settings) -> str:
 
 
 @contextmanager
-def existing_store(args: argparse.Namespace, settings: Settings) -> Iterator[ResultStore]:
-    """The store a reading command looks in, closed afterwards; a SQLite file that is not
-    there is an error, not a new empty store that would report "nothing recorded"."""
+def existing_store(
+    args: argparse.Namespace, settings: Settings, *, read_only: bool = True
+) -> Iterator[ResultStore]:
+    """The store a command looks in, closed afterwards: opened for reading only unless the
+    command writes to it; a SQLite file that is not there is an error, not a new empty
+    store that would report "nothing recorded"."""
     from worker.stores import SQLITE_PREFIX
 
     url = store_url(args, settings)
@@ -130,7 +133,7 @@ def existing_store(args: argparse.Namespace, settings: Settings) -> Iterator[Res
             f"no store at {display_path(path)}: nothing has been recorded there (pass --store "
             "or set EVIDENCE_STORE_URL to the store `score` or the worker wrote to)"
         )
-    with opened_store(url, settings) as store:
+    with opened_store(url, settings, read_only=read_only) as store:
         yield store
 
 
@@ -145,12 +148,12 @@ def add_worker_store_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 @contextmanager
-def opened_store(url: str, settings: Settings) -> Iterator[ResultStore]:
+def opened_store(url: str, settings: Settings, *, read_only: bool = False) -> Iterator[ResultStore]:
     """The store at `url`, its errors said in one line (store_errors), closed afterwards."""
     from worker.stores import open_store
 
     with store_errors(url):
-        store = open_store(url, settings)
+        store = open_store(url, settings, read_only=read_only)
         try:
             yield store
         finally:

@@ -198,7 +198,7 @@ def _chosen(store: ResultStore, args: argparse.Namespace, settings: Settings) ->
 def run_purge(args: argparse.Namespace, settings: Settings) -> int:
     from worker.audit.letters import received_before
 
-    with existing_store(args, settings) as store:
+    with existing_store(args, settings, read_only=False) as store:
         letter_ids = list(received_before(store.letters_newest_first(), args.before))
         when = args.before.isoformat()
         if not args.yes:

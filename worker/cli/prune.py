@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 "prune: give --before ISO8601, or set EVIDENCE_ATTEMPTS_TTL_SECONDS"
             )
         before = now - timedelta(seconds=settings.attempts_ttl_seconds)
-    with existing_store(args, settings) as store:
+    with existing_store(args, settings, read_only=False) as store:
         if not isinstance(store, SQLiteStore):
             raise ConfigurationError(
                 "prune works on a SQLite store: Redis expires keys itself (set "

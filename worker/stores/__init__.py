@@ -70,21 +70,25 @@ def describe_url(url: str, settings: Settings) -> str:
     return masked_url(url) if masters is None else cluster_name(url, masters)
 
 
-def open_store(url: str, settings: Settings) -> ResultStore:
-    """sqlite:///path (embedded) or redis:// / rediss:// (shared); else a ConfigurationError."""
+def open_store(url: str, settings: Settings, *, read_only: bool = False) -> ResultStore:
+    """sqlite:///path (embedded) or redis:// / rediss:// (shared); else a ConfigurationError.
+    `read_only`: for a command that only reads (a SQLite file is opened for reading; a Redis
+    connection is the same either way)."""
     if url.startswith(SQLITE_PREFIX):
         from worker.stores.sqlite import SQLiteStore
 
         path = url.removeprefix(SQLITE_PREFIX)
         if not path:
             raise ConfigurationError(f"store URL {url!r} names no file: use sqlite:///path/to.db")
-        _check_sqlite_path(Path(path))
+        if not read_only:
+            _check_sqlite_path(Path(path))
         return SQLiteStore(
             path,
             max_attempts_per_hash=settings.max_attempts_per_hash,
             ttl_seconds=settings.result_ttl_seconds,
             dead_letter_max_bytes=settings.dead_letter_max_bytes,
             ledger_ttl_seconds=settings.ledger_ttl_seconds,
+            read_only=read_only,
         )
     if url.startswith(("redis://", "rediss://", "unix://")):
         from worker.settings import redis_db

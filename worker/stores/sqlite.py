@@ -248,12 +248,15 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         busy_timeout_seconds: float = 30.0,
         dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES,
         ledger_ttl_seconds: int = LEDGER_TTL_SECONDS,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.ledger_ttl_seconds = ledger_ttl_seconds
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else None
+        if read_only and self._open_read_only(busy_timeout_seconds):
+            return
         try:
             # Autocommit mode: transactions are opened explicitly with BEGIN IMMEDIATE,
             # which takes the write lock up front so two racing writers serialize.
@@ -268,6 +271,47 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         except sqlite3.Error as error:
             raise ConfigurationError(f"cannot open SQLite store {self.path}: {error}") from None
 
+    def _open_read_only(self, busy_timeout_seconds: float) -> bool:
+        """Open the file for reading only (the read commands: a file on a read-only mount, or
+        that only its writer may change, can still be read); False when its schema is older
+        than this version's, which the read-write opening then brings up to date once.
+
+        mode=ro needs the WAL's -shm file to exist or be creatable; where neither holds (a
+        read-only directory, no writer running), the file can only be read as immutable,
+        which is true of it there: nothing can write it."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        try:
+            for candidate in (uri, f"{uri}&immutable=1"):
+                self._db = sqlite3.connect(
+                    candidate,
+                    uri=True,
+                    timeout=busy_timeout_seconds,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                try:
+                    version = self._schema_version()
+                    break
+                except sqlite3.OperationalError:
+                    self._db.close()
+                    if candidate != uri:
+                        raise
+        except sqlite3.Error as error:
+            raise ConfigurationError(f"cannot open SQLite store {self.path}: {error}") from None
+        if version > SCHEMA_VERSION:
+            self._db.close()
+            raise ConfigurationError(self._newer_problem(version))
+        if version == SCHEMA_VERSION:
+            return True
+        self._db.close()
+        return False
+
+    def _newer_problem(self, version: int) -> str:
+        return (
+            f"SQLite store {self.path} has schema version {version}, written by a newer"
+            f" worker (this one reads up to {SCHEMA_VERSION})"
+        )
+
     def _schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
@@ -280,10 +324,7 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         with immediate(db):
             version = self._schema_version()
             if version > SCHEMA_VERSION:
-                raise ConfigurationError(
-                    f"SQLite store {self.path} has schema version {version}, written by a newer"
-                    f" worker (this one reads up to {SCHEMA_VERSION})"
-                )
+                raise ConfigurationError(self._newer_problem(version))
             if version == 0 and self._has_version_0_tables():
                 for statement in MIGRATE_FROM_0:
                     db.execute(statement)

@@ -1,0 +1,79 @@
+"""The read commands open a SQLite store for reading only: a store on a read-only mount (here,
+a directory and file without write permission, run without the capability that overrides
+them) is read as a writable one is, and left as it was: no -wal or -shm file, same bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.bad_input import clean_env, command_prefix
+from tests.conftest import EXAMPLES
+
+EXAMPLE = EXAMPLES / "attribution-results.jsonl"
+READ_COMMANDS = [
+    ["show", "--case", "refund-001"],
+    ["explain", "--case", "refund-001"],
+    ["alerts"],
+    ["canary", "--all"],
+    ["dead-letters", "list"],
+]
+
+
+def cli(args: list[str], cwd: Path, *, unprivileged: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command_prefix(unprivileged), sys.executable, "-m", "worker.cli", *args],
+        cwd=cwd,
+        env=clean_env({}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """The example scored into two copies of one store: one writable, one read-only."""
+    writable, locked = tmp_path / "rw", tmp_path / "ro"
+    writable.mkdir()
+    scored = cli(
+        ["score", str(EXAMPLE), "--store", "sqlite:///store.db"], writable, unprivileged=False
+    )
+    assert scored.returncode == 3, scored.stderr
+    locked.mkdir()
+    (locked / "store.db").write_bytes((writable / "store.db").read_bytes())
+    (locked / "store.db").chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
+    yield writable, locked
+    locked.chmod(stat.S_IRWXU)
+
+
+@pytest.mark.parametrize("command", READ_COMMANDS, ids=" ".join)
+def test_a_read_only_store_reads_as_a_writable_one_and_is_left_as_it_was(
+    stores: tuple[Path, Path], command: list[str]
+) -> None:
+    writable, locked = stores
+    store = locked / "store.db"
+    before = hashlib.sha256(store.read_bytes()).hexdigest()
+    args = [*command, "--store", "sqlite:///store.db"]
+
+    expected = cli(args, writable, unprivileged=False)
+    got = cli(args, locked, unprivileged=True)
+
+    assert (got.returncode, got.stdout, got.stderr) == (
+        expected.returncode,
+        expected.stdout,
+        expected.stderr,
+    )
+    assert "Traceback" not in got.stderr
+    assert expected.stdout + expected.stderr  # each has something to say of the example
+    assert sorted(os.listdir(locked)) == ["store.db"]
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == before
