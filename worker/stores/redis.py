@@ -39,7 +39,7 @@ from worker.stores.keys import KeyLayout, replication_mark_key
 from worker.stores.ledger import task_and_position
 from worker.stores.redis_ledger import RedisLedger
 from worker.stores.replicas import ReplicaWait
-from worker.stores.time_order import CHUNK_KEYS, SortKey, in_time_order, ms_bounds
+from worker.stores.time_order import SortKey, in_time_order, ms_bounds
 
 MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
@@ -550,12 +550,10 @@ class RedisStore(RecordOne, RedisLedger):
         self,
         since: datetime | None = None,
         until: datetime | None = None,
-        *,
-        chunk_keys: int = CHUNK_KEYS,
     ) -> Iterator[tuple[str, Attempt]]:
         """No key orders outcomes by time: SCAN reads each outcome's time (its `since`
         field, the first attempt's recorded_ms(); parsed out of `first` where an earlier
-        version wrote none), time_order sorts the keys externally (`chunk_keys` at a time),
+        version wrote none), time_order sorts the keys externally (a chunk at a time),
         and the first attempts are then read a batch at a time in that order. An outcome
         that expires in between is left out. A Redis Cluster's store scans every master."""
         low, high = ms_bounds(since, until)
@@ -576,7 +574,7 @@ class RedisStore(RecordOne, RedisLedger):
                     if low <= at < high:
                         yield at, self.keys.hash_from_outcome(key)
 
-        ordered = in_time_order(sort_keys(), chunk_keys)
+        ordered = in_time_order(sort_keys())
         while hashes := [input_hash for _, input_hash in itertools.islice(ordered, SCAN_BATCH)]:
             keys = [self.keys.outcome(input_hash) for input_hash in hashes]
             for input_hash, first in zip(hashes, self._read_fields(keys, "first"), strict=True):

@@ -29,18 +29,19 @@ SortKey = tuple[int, str]  # (recorded_ms, input hash): base.recorded_ms() of th
 CHUNK_KEYS: Final = 100_000
 
 
-def in_time_order(keys: Iterable[SortKey], chunk_keys: int = CHUNK_KEYS) -> Iterator[SortKey]:
+def in_time_order(keys: Iterable[SortKey], chunk_keys: int | None = None) -> Iterator[SortKey]:
     """`keys` sorted (oldest first; ties by input hash), holding at most `chunk_keys` of them
-    (and one per spilled chunk) in memory. The temporary files are removed when the iterator
-    is exhausted or closed."""
+    (default CHUNK_KEYS, read now so a test can make it small) and one per spilled chunk in
+    memory. The temporary files are removed when the iterator is exhausted or closed."""
+    chunk_keys = chunk_keys or CHUNK_KEYS
     with ExitStack() as files:
         chunk: list[SortKey] = []
         spilled: list[IO[str]] = []
         for key in keys:
-            chunk.append(key)
-            if len(chunk) >= chunk_keys:
+            if len(chunk) >= chunk_keys:  # spilled only when more come: the last stays here
                 spilled.append(_spill(chunk, files))
                 chunk = []
+            chunk.append(key)
         chunk.sort()
         if not spilled:  # it all fitted in one chunk: no file
             yield from chunk
