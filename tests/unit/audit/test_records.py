@@ -231,6 +231,8 @@ def test_report_lines_are_the_rows_then_the_alerts_as_log_lines() -> None:
         contract_version="support-faq/2026-10",
         first_required_claim_ids=["a"],
         required_claim_ids=["a", "b"],
+        added_claim_ids=["b"],
+        removed_claim_ids=[],
         first_input_hash="1" * 64,
         input_hash=HASH,
         first_task_id=None,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import random
 import tracemalloc
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
+from typing import IO
 
 import pytest
 
@@ -24,17 +26,24 @@ def test_keys_come_out_oldest_first_ties_by_hash(chunk_keys: int) -> None:
     assert list(in_time_order(KEYS, chunk_keys)) == ORDERED
 
 
+def spy_spills(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every chunk spilled to a file, appended as it is spilled."""
+    spills: list[int] = []
+    real_spill = time_order._spill
+
+    def spill(chunk: list[SortKey], files: ExitStack) -> IO[str]:
+        spills.append(len(chunk))
+        return real_spill(chunk, files)
+
+    monkeypatch.setattr(time_order, "_spill", spill)
+    return spills
+
+
 def test_keys_that_fit_one_chunk_are_sorted_without_a_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No temporary file is made when every key fits in one chunk."""
-    spills: list[int] = []
-    real_spill = time_order._spill
-    monkeypatch.setattr(
-        time_order,
-        "_spill",
-        lambda chunk, files: spills.append(len(chunk)) or real_spill(chunk, files),
-    )
+    spills = spy_spills(monkeypatch)
 
     assert list(in_time_order(KEYS, 5)) == ORDERED
     assert spills == []
@@ -44,13 +53,7 @@ def test_keys_that_fit_one_chunk_are_sorted_without_a_file(
 
 def test_the_default_chunk_is_read_when_sorting(monkeypatch: pytest.MonkeyPatch) -> None:
     """CHUNK_KEYS is read per call, so the store tests can make it small."""
-    spills: list[int] = []
-    real_spill = time_order._spill
-    monkeypatch.setattr(
-        time_order,
-        "_spill",
-        lambda chunk, files: spills.append(len(chunk)) or real_spill(chunk, files),
-    )
+    spills = spy_spills(monkeypatch)
     monkeypatch.setattr(time_order, "CHUNK_KEYS", 4)
 
     assert list(in_time_order(KEYS)) == ORDERED
