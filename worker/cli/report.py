@@ -66,7 +66,7 @@ def register(commands: Any) -> None:
         help="instead of PATH, aggregate this store's first outcomes, one per input hash, "
         "decided under --policy/--min-coverage (else the environment's policy; else "
         "report-only), with its alerts: the rows `records` prints (sqlite:///file or "
-        "redis://host:port/db)",
+        "redis://host:port/db; default: read PATH)",
     )
     add_policy_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
