@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import CONFIG, PROG, Case, check, clean_env
+from tests.bad_input import CONFIG, PROG, RESULTS, Case, check, clean_env
 from tests.unit.cli.test_cli_bad_input import NO_STORE, REFUSED, usage
+from worker.cli.exit_codes import CLOSED_PIPE
 
 EMPTY = "sqlite:///empty.db"  # a store that is there, with nothing recorded
 CASES: dict[str, Case] = {
@@ -121,3 +122,37 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, tmp_path: 
     assert again.returncode == case.code
     assert not (tmp_path / "missing.db").exists()
     assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("output", ["jsonl", "csv"])
+def test_a_reader_that_goes_away_stops_records_quietly(output: str, tmp_path: Path) -> None:
+    """`records | head`: exit 141, no traceback, no "Exception ignored", as every command."""
+    subprocess.run(
+        [sys.executable, "-m", "worker.cli", "score", RESULTS, "--store", "sqlite:///s.db"],
+        cwd=tmp_path,
+        env=clean_env({}),
+        capture_output=True,
+        check=False,
+    )
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "records",
+            "--store=sqlite:///s.db",
+            f"--format={output}",
+        ],
+        cwd=tmp_path,
+        env=clean_env({}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    child.stdout.close()  # before the child has started writing: every write fails
+    _, stderr = child.communicate(timeout=30)
+    stderr_text = stderr.decode(errors="replace")
+
+    assert child.returncode == CLOSED_PIPE, stderr_text
+    assert "Traceback" not in stderr_text
+    assert "Exception ignored" not in stderr_text
