@@ -1,21 +1,24 @@
 """Dead letters on every store: a bounded body with its digest and size, a 100 MB body kept
-as 64 KiB in a real Redis, and letters written before the bound still read back."""
+as 64 KiB in a real Redis, letters written before the bound still read back, and letters by
+id (read, removed) with the ledger entries their replays are followed by."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
 import pytest
 
 from tests.conftest import FIXED_NOW
-from tests.integration.store_factories import StoreFactory, store_factory
+from tests.integration.store_factories import HASH, StoreFactory, attempt, store_factory
 from worker.settings import DEAD_LETTER_MAX_BYTES
 from worker.stores import DeadLetter, ResultStore
 from worker.stores.keys import dead_letters_key
+from worker.stores.ledger import LedgerEntry
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore
 
@@ -141,3 +144,81 @@ def test_a_100_mb_body_sits_in_a_real_redis_as_64_kib(redis_url: str, key_prefix
     assert DEAD_LETTER_MAX_BYTES < len(fields[b"letter"]) < DEAD_LETTER_MAX_BYTES + 1024
     assert memory is not None
     assert memory < 2 * DEAD_LETTER_MAX_BYTES
+
+
+def bodies(store: ResultStore) -> list[str]:
+    return [each.body for _, each in store.letters_newest_first()]
+
+
+def test_letters_read_back_newest_first_each_with_an_id_that_finds_it(
+    make_store: StoreFactory,
+) -> None:
+    """letters_newest_first() gives every letter with its id, newest first; letter(id) finds
+    each one whole."""
+    store = make_store()
+    store.dead_letter(letter("one"))
+    store.dead_letter(letter("two"), letter("three"))
+
+    found = list(store.letters_newest_first())
+
+    assert [each.body for _, each in found] == ["three", "two", "one"]
+    assert [store.letter(letter_id) for letter_id, _ in found] == [each for _, each in found]
+    assert len({letter_id for letter_id, _ in found}) == 3
+
+
+@pytest.mark.parametrize(
+    "letter_id",
+    ["", "0", "x", "1-0", "99999-0", "00/1-0", "zz/1-0", "1/2/3", "99999999999999999999-0", "١"],
+)
+def test_an_id_the_store_never_gave_finds_nothing_and_removes_nothing(
+    make_store: StoreFactory, letter_id: str
+) -> None:
+    """A malformed id, or one of no letter, is None to letter() and 0 to remove_letters()."""
+    store = make_store()
+    store.dead_letter(letter("kept"))
+
+    assert store.letter(letter_id) is None
+    assert store.remove_letters([letter_id]) == 0
+    assert bodies(store) == ["kept"]
+
+
+def test_remove_letters_removes_those_ids_and_no_other(make_store: StoreFactory) -> None:
+    """Removing a, c and c again removes two letters; b stays."""
+    store = make_store()
+    store.dead_letter(letter("a"), letter("b"), letter("c"))
+    ids = {each.body: letter_id for letter_id, each in store.letters_newest_first()}
+
+    assert store.remove_letters([ids["a"], ids["c"], ids["c"]]) == 2
+    assert bodies(store) == ["b"]
+    assert store.letter(ids["a"]) is None
+
+
+def test_a_ledger_entry_stays_open_until_its_write_is_recorded_or_dead_lettered(
+    make_store: StoreFactory,
+) -> None:
+    """still_open(): t-1's entry closes as its write is recorded, t-2's as its message is
+    dead-lettered; t-3's stays open."""
+    store = make_store()
+    now = datetime.now(UTC)
+    store.note_published(
+        [
+            LedgerEntry(
+                task_id=f"t-{n}",
+                position=0,
+                case_id=f"refund-{n:03d}",
+                input_hash=HASH,
+                published_at=now,
+                body="{}",
+            )
+            for n in (1, 2, 3)
+        ]
+    )
+    write_ids = ["t-1:0", "t-2:0", "t-3:0"]
+    assert store.still_open(write_ids) == set(write_ids)
+
+    store.record(HASH, attempt(1), now=now, write_id="t-1:0")
+    store.dead_letter(
+        DeadLetter(received_at=now, error="schema: bogus", body="{}", task_id="t-2", position=0)
+    )
+
+    assert store.still_open(write_ids) == {"t-3:0"}

@@ -355,9 +355,10 @@ def test_a_batch_size_below_1_is_a_usage_error(
     run = publish(str(EXAMPLE), "--batch", value)
 
     assert run.code == INVALID
-    assert run.stderr.startswith("usage: evidence-worker publish")
-    assert run.stderr_lines[-1] == f"{PROG} publish: error: {error}"
-    assert "Traceback" not in run.stderr
+    assert run.stderr_lines == [
+        f"{PROG} publish: error: {error}",
+        f"run '{PROG} publish --help' for the options",
+    ]
     assert queued(queue) == []
 
 
@@ -509,6 +510,61 @@ def test_an_unreachable_broker_is_one_clear_line(publish: Callable[..., Run]) ->
     assert len(run.stderr_lines) == 1
     assert run.stderr.startswith(f"{PROG}: broker unreachable (")
     assert run.stderr_lines[0].endswith("; check EVIDENCE_BROKER_URL")
+
+
+def test_a_publish_the_broker_refused_leaves_no_entry_for_reconcile_to_list(
+    publish: Callable[..., Run], key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each message is noted before its task is sent; a send that fails closes the entries
+    of what was not sent, so reconcile finds no false loss (and would republish nothing)."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+
+    run = publish(str(EXAMPLE), "--batch", "2", env={"EVIDENCE_BROKER_URL": url})
+
+    assert run.code == INVALID
+    assert run.stderr.startswith(f"{PROG}: broker unreachable (")
+    store = RedisStore.from_url(STORE_URL, prefix=key_prefix)
+    try:
+        assert store.count_unrecorded(published_before=datetime.now(UTC) + timedelta(1)) == 0
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert main(["reconcile", "--older-than", "0s"]) == OK
+    assert capsys.readouterr().out == ""
+
+
+def test_a_broker_failing_midway_says_what_went_and_the_ledger_keeps_just_that(
+    publish: Callable[..., Run], queue: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kombu.exceptions import OperationalError
+
+    from worker.upstream import publishing
+
+    real_send, calls = publishing.send, []
+
+    def failing_third(*args: Any, **kwargs: Any) -> str:
+        calls.append(kwargs["task_id"])
+        if len(calls) == 3:
+            raise OperationalError("Connection reset by peer")
+        return real_send(*args, **kwargs)
+
+    monkeypatch.setattr(publishing, "send", failing_third)
+
+    run = publish(str(EXAMPLE), "--batch", "2")
+
+    assert run.code == INVALID
+    assert run.stderr_lines[-2:] == [
+        f"publish: sent 4 messages to queue {queue} before the broker failed; the rest were "
+        "not sent, and the ledger keeps no entry for them",
+        f"{PROG}: broker unreachable (Connection reset by peer); check EVIDENCE_BROKER_URL",
+    ]
+    assert [sent.task_id for sent in queued(queue)] == calls[:2]
+    store = RedisStore.from_url(STORE_URL, prefix=key_prefix)
+    try:
+        open_entries = store.unrecorded(published_before=datetime.now(UTC) + timedelta(1))
+        assert sorted(entry.task_id for entry in open_entries) == sorted(calls[:2] * 2)
+    finally:
+        store.close()
 
 
 # --- what a worker makes of it ------------------------------------------------------------

@@ -16,6 +16,7 @@ from worker.cli import (
     alerts,
     bench,
     canary,
+    dead_letters,
     explain,
     gate,
     health,
@@ -28,9 +29,10 @@ from worker.cli import (
     score,
     show,
 )
-from worker.cli.common import PROG, HelpfulParser
+from worker.cli.common import PROG
 from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
 from worker.errors import ConfigurationError, InputError, TransientError
+from worker.usage import HelpfulParser
 
 if TYPE_CHECKING:
     from worker.settings import Settings
@@ -42,6 +44,7 @@ MODULES = (
     show,
     explain,
     alerts,
+    dead_letters,
     publish,
     reconcile,
     bench,
@@ -65,18 +68,39 @@ def build_parser() -> argparse.ArgumentParser:
         f"Run '{PROG} COMMAND --help' for a command's options.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"{PROG} {version('evidence-coverage-worker')}"
+        "--version",
+        action=Versions,
+        help="show the worker's, the metric's and Ragas's versions and exit",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=HelpfulParser)
     commands.required = True
     for module in MODULES:
         module.register(commands)
+    for command in commands.choices.values():
+        # An unrecognized option is the root parser's error in argparse; _dispatch reports
+        # it as the command's, whose --help lists the options.
+        command.set_defaults(command_parser=command)
     return parser
 
 
-# Each command's module is named after it.
+class Versions(argparse.Action):
+    """--version: the worker, the metric and the Ragas it scores with, the three versions a
+    record carries; looked up when asked for, so that no other command pays the import."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from contracts import METRIC_VERSION, RAGAS_VERSION
+
+        worker = version("evidence-coverage-worker")
+        print(f"{PROG} {worker} (metric {METRIC_VERSION}, ragas {RAGAS_VERSION})")
+        parser.exit()
+
+
+# Each command's module is named after it, "_" for "-" (dead_letters: dead-letters).
 COMMANDS: dict[str, Handler] = {
-    module.__name__.rpartition(".")[2]: module.run for module in MODULES
+    module.__name__.rpartition(".")[2].replace("_", "-"): module.run for module in MODULES
 }
 
 
@@ -101,7 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:
+        getattr(args, "command_parser", parser).error(
+            f"unrecognized arguments: {' '.join(unrecognized)}"
+        )
     try:
         from worker.observability.logging import configure_logging
         from worker.settings import load_settings

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.errors import ConfigurationError
@@ -24,14 +24,6 @@ if TYPE_CHECKING:
 
 PROG = "evidence-worker"
 T = TypeVar("T")
-
-
-class HelpfulParser(argparse.ArgumentParser):
-    """A usage error prints the full help to stderr and exits 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_help(sys.stderr)
-        self.exit(INVALID, f"{self.prog}: error: {message}\n")
 
 
 def describe(summary: str, *, example: str, details: str = "") -> dict[str, Any]:

@@ -24,7 +24,9 @@ def register(commands: Any) -> None:
             "hash (with --case: the newest hash recorded for that case): case, versions, value "
             "and reason, the status under the policy (--policy or --min-coverage, else the "
             "environment's; without one the row is not decided), the owner, and per missing "
-            "claim its finding and the artifact to open next. Exit 0, or as for the row: 1 "
+            "claim its finding and the artifact to open next. A case only ever rejected is "
+            "explained from its dead letter: when, why and the letter's id (exit 2). "
+            "Exit 0, or as for the row: 1 "
             "when it fails the policy, 2 when it is invalid or its contract drifted, 3 when "
             "its kept attempts disagree (the highest applies).",
         ),
@@ -37,6 +39,8 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     policy = resolve_policy(args, settings, required=False)
     with existing_store(args, settings) as store:
+        if args.case is not None and not store.hashes_for_case(args.case, limit=1):
+            return _rejected(store, args.case)
         history, older = _look_up(store, args)
     sys.stdout.write(explain(history, policy, case_id=args.case, older=older))
     first = history.first
@@ -49,6 +53,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if decision is not None and decision.status == "invalid":
         return INVALID
     return POLICY_FAILURE if decision is not None and decision.status == "fail" else OK
+
+
+def _rejected(store: ResultStore, case_id: str) -> int:
+    """A case never scored: its newest dead letter says when and why it was rejected."""
+    from worker.audit.letters import of_case, rejected_text
+
+    found = of_case(store.letters_newest_first(), case_id)
+    if found is None:
+        raise no_hash_for_case(case_id)
+    sys.stdout.write(rejected_text(case_id, *found))
+    return INVALID
 
 
 def _look_up(store: ResultStore, args: argparse.Namespace) -> tuple[History, int]:

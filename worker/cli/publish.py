@@ -82,6 +82,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
     except OperationalError as error:
         if "DB index is out of range" not in str(error):
+            if progress.count:  # what did go, before main() says why the rest did not
+                print(
+                    f"publish: sent {progress.count:,} "
+                    f"message{'' if progress.count == 1 else 's'} to queue {settings.queue} "
+                    "before the broker failed; the rest were not sent, and the ledger keeps "
+                    "no entry for them",
+                    file=sys.stderr,
+                )
             raise  # the broker is down or refuses us: main() says so in one line
         raise ConfigurationError(
             f"EVIDENCE_BROKER_URL: {masked_url(settings.broker_url)}: the Redis server has no "

@@ -179,6 +179,7 @@ class Service:
             body=body_text(body),
             task_id=delivery.task_id,
             position=delivery.position,
+            line=delivery.line,
         )
 
     def _emit(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.constants import EMPTY_FILE_PROBLEM, HEARTBEAT_FILE_ENV
+from worker.usage import HelpfulParser
 
 PROG = "evidence-worker health"
 DEFAULT_MAX_AGE_SECONDS = 60.0
@@ -171,7 +172,7 @@ def configuration_error(problem: str) -> int:
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
     """`evidence-worker health` without the rest of the command line (worker/entrypoint.py)."""
-    parser = argparse.ArgumentParser(
+    parser = HelpfulParser(
         prog=PROG,
         description=f"{DETAILS}\n\nexample:\n  evidence-worker {EXAMPLE}",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -107,6 +107,8 @@ class DeadLetter(BaseModel):
     task_id: str | None = None
     # The message's place in its task (None: the whole task body, as the consumer rejects it).
     position: int | None = None
+    # The input line of a letter `score` wrote (None: the worker's, or written before `line`).
+    line: int | None = None
     body_sha256: str | None = None  # hex SHA-256 of the whole body's UTF-8 bytes
     body_bytes: int | None = None  # the whole body's size in UTF-8 bytes
     truncated: bool = False  # True when `body` is only the first bytes of it
@@ -315,6 +317,32 @@ class AuditTrail(Protocol):
     def close(self) -> None: ...
 
 
-class ResultStore(OutcomeStore, AuditTrail, Ledger, Protocol):
+class LetterBox(Protocol):
+    """Dead letters by id, for `evidence-worker dead-letters` (worker/cli/dead_letters.py).
+
+    A letter's id is the store's own: a SQLite row id, a Redis stream entry ID (on a Redis
+    Cluster, its shard's number, "/" and the entry ID). Ids only ever grow, so a removed
+    letter's id is never given to another.
+    """
+
+    def letters_newest_first(self) -> Iterator[tuple[str, DeadLetter]]:
+        """Every kept letter with its id, newest first, read a page at a time."""
+        ...
+
+    def letter(self, letter_id: str) -> DeadLetter | None:
+        """The letter of that id; None when there is none (or the id is not one of ours)."""
+        ...
+
+    def remove_letters(self, letter_ids: Sequence[str]) -> int:
+        """Remove the letters of these ids; returns how many there were."""
+        ...
+
+    def still_open(self, write_ids: Sequence[str]) -> set[str]:
+        """Those of `write_ids` whose publish ledger entry is open: neither recorded nor
+        dead-lettered yet (see Ledger)."""
+        ...
+
+
+class ResultStore(OutcomeStore, AuditTrail, Ledger, LetterBox, Protocol):
     """All three on one backend, as the worker and the CLI open it (see open_store): the
     ledger must be where the outcomes are, as a record write closes its entry."""

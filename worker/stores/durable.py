@@ -108,6 +108,9 @@ class DurableStore(RecordOne):
     def close_entries(self, write_ids: Sequence[str]) -> None:
         self._write(lambda: self.inner.close_entries(write_ids))
 
+    def remove_letters(self, letter_ids: Sequence[str]) -> int:
+        return self._write(lambda: self.inner.remove_letters(letter_ids))
+
     # Reads: as the store answers them.
 
     def history(self, *args: Any, **kwargs: Any) -> History | None:
@@ -132,6 +135,15 @@ class DurableStore(RecordOne):
 
     def dead_letters(self, *args: Any, **kwargs: Any) -> list[DeadLetter]:
         return self.inner.dead_letters(*args, **kwargs)
+
+    def letters_newest_first(self) -> Iterator[tuple[str, DeadLetter]]:
+        return self.inner.letters_newest_first()
+
+    def letter(self, letter_id: str) -> DeadLetter | None:
+        return self.inner.letter(letter_id)
+
+    def still_open(self, write_ids: Sequence[str]) -> set[str]:
+        return self.inner.still_open(write_ids)
 
     def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
         return self.inner.unrecorded(published_before=published_before)

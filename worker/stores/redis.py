@@ -38,6 +38,7 @@ from worker.stores.base import (
 from worker.stores.keys import KeyLayout, replication_mark_key
 from worker.stores.ledger import task_and_position
 from worker.stores.redis_ledger import RedisLedger
+from worker.stores.redis_letters import RedisLetters
 from worker.stores.replicas import ReplicaWait
 from worker.stores.time_order import SortKey, in_time_order, ms_bounds
 
@@ -330,7 +331,7 @@ def newest_first_key(entry: Entry) -> tuple[datetime, bytes, int, int]:
     return at, entry.order, int(ms), int(sequence or 0)
 
 
-class RedisStore(RecordOne, RedisLedger):
+class RedisStore(RecordOne, RedisLedger, RedisLetters):
     """ResultStore on one Redis server (keys carry per-hash tags, see keys.py)."""
 
     def __init__(

@@ -41,6 +41,7 @@ from worker.stores.base import (
     utc_ms,
 )
 from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
+from worker.stores.sqlite_letters import SQLiteLetters
 from worker.stores.sqlite_prune import Pruned, prune
 from worker.stores.sqlite_transaction import immediate
 from worker.stores.time_order import ms_bounds
@@ -242,7 +243,7 @@ def _replayed(outcome: _Outcome, found: str, drift: str | None) -> Recorded:
     return _marked(recorded, drift)
 
 
-class SQLiteStore(RecordOne, SQLiteLedger):
+class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
     """ResultStore over one SQLite file; every record() is one IMMEDIATE transaction."""
 
     def __init__(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from contracts import AttributionResult, input_hash
 from worker.constants import SCORE, SCORE_BATCH
-from worker.errors import InputError
+from worker.errors import InputError, TransientError
 from worker.pipeline.intake import parse_message
 from worker.stores.ledger import Ledger, LedgerEntry
 
@@ -192,24 +192,49 @@ def send_noted(
     queue: str,
     ledger: Ledger | None,
     producer: Producer | None = None,
+    on_sent: Callable[[Outgoing], None] = lambda _: None,
 ) -> None:
-    """Note every message of `tasks` in the ledger (one round trip), then send the tasks.
+    """Note every message of `tasks` in the ledger (one round trip), then send the tasks,
+    calling `on_sent` after each one the broker took.
 
     Noted first: a message is never on the broker without its entry, so the worker can
     never record one before its entry exists (which would leave the entry open for ever).
+    When a send fails, the entries of that task and of every task after it are closed
+    before the error goes on: the ledger keeps only what the broker took, so `reconcile`
+    never lists (nor republishes) a message the publisher was told was not sent.
     """
     if ledger is not None:
         ledger.note_published([entry for task in tasks for entry in task.entries])
-    for task in tasks:
-        send(
-            app,
-            task.task,
-            task.payload,
-            queue=queue,
-            producer=producer,
-            task_id=task.task_id,
-            argsrepr=task.argsrepr,
-        )
+    for index, task in enumerate(tasks):
+        try:
+            send(
+                app,
+                task.task,
+                task.payload,
+                queue=queue,
+                producer=producer,
+                task_id=task.task_id,
+                argsrepr=task.argsrepr,
+            )
+        except BaseException as error:
+            if ledger is not None:
+                _close_unsent(ledger, tasks[index:], error)
+            raise
+        on_sent(task)
+
+
+def _close_unsent(ledger: Ledger, unsent: Sequence[Outgoing], error: BaseException) -> None:
+    """Close the entries of tasks a failed send left unsent; when the store cannot close
+    them either, say so beside the send's error."""
+    write_ids = [entry.write_id for task in unsent for entry in task.entries]
+    try:
+        ledger.close_entries(write_ids)
+    except Exception as closing:
+        raise TransientError(
+            f"sending failed ({error}), and the ledger entries of the {len(write_ids)} "
+            f"messages not sent could not be closed ({closing}): `reconcile` lists them "
+            "until EVIDENCE_LEDGER_TTL_SECONDS has passed"
+        ) from error
 
 
 def publish_lines(
@@ -232,12 +257,16 @@ def publish_lines(
     chunk: list[Outgoing] = []
     with app.producer_or_acquire() as producer:
 
+        def sent(task: Outgoing) -> None:
+            result.messages += len(task.entries)
+            result.tasks += 1
+
         def send_chunk() -> None:
-            send_noted(app, chunk, queue=queue, ledger=ledger, producer=producer)
-            result.messages += sum(len(task.entries) for task in chunk)
-            result.tasks += len(chunk)
+            try:
+                send_noted(app, chunk, queue=queue, ledger=ledger, producer=producer, on_sent=sent)
+            finally:
+                on_progress(result.messages)  # what was sent before a failure too
             chunk.clear()
-            on_progress(result.messages)
 
         def close_task() -> None:
             nonlocal pending_bytes

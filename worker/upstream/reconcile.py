@@ -46,19 +46,26 @@ def republish(
     on_sent: Callable[[LedgerEntry, str], None] = lambda *_: None,
 ) -> int:
     """Send each entry's message again, a chunk at a time: note the copies, send them, then
-    close the originals (a crash in between leaves both open: the next run sends the
-    original once more, which lands as a hit). Returns how many were sent."""
+    close the originals of the copies the broker took, also when a send fails (a crash in
+    between leaves both open: the next run sends the original once more, which lands as a
+    hit). Returns how many were sent."""
     sent = 0
     iterator: Iterator[LedgerEntry] = iter(entries)
     with app.producer_or_acquire() as producer:
         while chunk := list(islice(iterator, NOTE_CHUNK)):
             now = datetime.now(UTC)
             tasks = [again(entry, max_message_bytes=max_message_bytes, now=now) for entry in chunk]
-            send_noted(app, tasks, queue=queue, ledger=ledger, producer=producer)
-            ledger.close_entries([entry.write_id for entry in chunk])
-            for entry, task in zip(chunk, tasks, strict=True):
-                on_sent(entry, task.task_id)
-            sent += len(chunk)
+            taken: list[Outgoing] = []
+            try:
+                send_noted(
+                    app, tasks, queue=queue, ledger=ledger, producer=producer, on_sent=taken.append
+                )
+            finally:  # the originals of the copies the broker took, and only those
+                if taken:
+                    ledger.close_entries([entry.write_id for entry in chunk[: len(taken)]])
+                for entry, task in zip(chunk, taken, strict=False):
+                    on_sent(entry, task.task_id)
+                sent += len(taken)
     return sent
 
 

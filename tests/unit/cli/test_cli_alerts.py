@@ -90,7 +90,8 @@ def test_since_that_is_not_a_time_is_a_usage_error(
         main(["alerts", "--store", store_url, "--since", "yesterday"])
 
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.endswith(
+    assert capsys.readouterr().err.splitlines() == [
         "evidence-worker alerts: error: argument --since: 'yesterday' is not an ISO 8601 time:"
-        " use e.g. 2026-12-01T12:00:00Z or 2026-12-01\n"
-    )
+        " use e.g. 2026-12-01T12:00:00Z or 2026-12-01",
+        "run 'evidence-worker alerts --help' for the options",
+    ]

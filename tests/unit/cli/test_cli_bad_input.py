@@ -52,7 +52,7 @@ LATIN1_POLICY = (
 
 
 def usage(command: str, message: str) -> str:
-    """The last line of a usage error: argparse's, after the command's help."""
+    """The first line of a usage error: argparse's, before the line naming --help."""
     return f"{PROG} {command}: error: {message}"
 
 
@@ -449,7 +449,8 @@ CASES: dict[str, Case] = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_bad_input_is_one_line_and_its_exit_code(case: Case, tmp_path: Path) -> None:
-    """Exit code, one exact stderr line (after the help, for usage errors), no traceback."""
+    """Exit code, one exact stderr line (and the --help line, for usage errors), no
+    traceback."""
     check(case, tmp_path)
 
 

@@ -19,15 +19,18 @@ from worker.pipeline.service import Service
 COMMAND_NAMES = sorted(COMMANDS)
 
 
-def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
-    """`--version` prints the program and the installed version, and exits 0."""
+def test_version_names_the_worker_the_metric_and_ragas(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--version` prints the three versions every record carries, and exits 0."""
     from importlib.metadata import version
 
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
 
     assert exited.value.code == 0
-    assert capsys.readouterr().out == f"evidence-worker {version('evidence-coverage-worker')}\n"
+    assert capsys.readouterr().out == (
+        f"evidence-worker {version('evidence-coverage-worker')} "
+        f"(metric evidence_coverage/1, ragas {version('ragas')})\n"
+    )
 
 
 @pytest.mark.parametrize("command", COMMAND_NAMES)

@@ -125,14 +125,16 @@ def test_show_case_with_nothing_recorded_says_so_and_exits_2(
 def test_exactly_one_of_a_hash_and_a_case_is_required(
     command: str, argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Both or neither: a usage error, the help on stderr, exit 2."""
+    """Both or neither: a usage error, two lines on stderr, exit 2."""
     with pytest.raises(SystemExit) as exit_info:
         main([command, *argv])
     err = capsys.readouterr().err
 
     assert exit_info.value.code == 2
-    assert err.startswith(f"usage: evidence-worker {command}")
-    assert err.splitlines()[-1] == f"evidence-worker {command}: error: {error}"
+    assert err.splitlines() == [
+        f"evidence-worker {command}: error: {error}",
+        f"run 'evidence-worker {command} --help' for the options",
+    ]
 
 
 def test_show_limit_without_case_is_an_error(

@@ -226,19 +226,21 @@ def test_bad_setting_names_its_variable(
         pytest.param(["score", "x", "--bogus"], "unrecognized arguments: --bogus", id="bad-flag"),
     ],
 )
-def test_usage_error_prints_help_and_exits_2(
+def test_usage_error_is_the_error_and_where_the_help_is_and_exits_2(
     argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A usage error prints the help and the error to stderr and exits 2."""
+    """A usage error is two lines on stderr, the error and the command for the help; exit 2."""
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     captured = capsys.readouterr()
 
     assert exit_info.value.code == 2
     assert captured.out == ""
-    assert captured.err.startswith("usage: evidence-worker")
-    assert error in captured.err.splitlines()[-1]
-    assert "Traceback" not in captured.err
+    prog = "evidence-worker" if argv in ([], ["bogus"]) else f"evidence-worker {argv[0]}"
+    lines = captured.err.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{prog}: error: {error}")
+    assert lines[1] == f"run '{prog} --help' for the options"
 
 
 @pytest.mark.parametrize(

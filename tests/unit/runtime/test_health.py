@@ -289,7 +289,10 @@ def test_bad_options_are_usage_errors(
         run_health([option, value])
 
     assert exited.value.code == 2
-    assert capsys.readouterr().err.endswith(f"health: error: argument {option}: {problem}\n")
+    assert capsys.readouterr().err.splitlines() == [
+        f"evidence-worker health: error: argument {option}: {problem}",
+        "run 'evidence-worker health --help' for the options",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -344,7 +347,7 @@ def test_console_script_runs_health_importing_only_the_standard_library(tmp_path
 
     assert result.stdout.splitlines()[-1] == (
         "0 ['worker', 'worker.constants', 'worker.entrypoint', 'worker.runtime', "
-        "'worker.runtime.health']"
+        "'worker.runtime.health', 'worker.usage']"
     )
 
 
