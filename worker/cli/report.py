@@ -5,14 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import add_path, describe, nonempty, source_name
+from worker.cli.common import (
+    STORE_URL,
+    add_policy_options,
+    describe,
+    existing_store,
+    nonempty,
+    resolve_policy,
+    source_name,
+)
 from worker.cli.exit_codes import OK
 from worker.cli.inputs import JsonLines
 from worker.errors import InputError
 from worker.report.days import DEFAULT_TIME_FIELD, TIME_FIELDS
 from worker.settings import Settings, display_path
+
+if TYPE_CHECKING:
+    from worker.report.aggregate import Report
 
 
 def register(commands: Any) -> None:
@@ -34,10 +45,30 @@ def register(commands: Any) -> None:
             "kinds; records without a time (written before records carried one) are counted "
             "apart, never put on a day. Other log lines are skipped and counted; unparsable "
             "lines are counted as unreadable. Versions are never mixed. "
-            "Exit 0 when a report was produced, 2 when PATH is unreadable or holds no records.",
+            "With --store instead of PATH: the same sections over the store's first outcomes, "
+            "one per input hash (the rows `records` prints), and the alerts it keeps. "
+            "Exit 0 when a report was produced, 2 when PATH is unreadable or holds no records, "
+            "or the store is not there.",
         ),
     )
-    add_path(parser, "JSON-lines record file")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "path",
+        nargs="?",
+        metavar="PATH",
+        type=nonempty(str, "name a file, or - for stdin"),
+        help="JSON-lines record file, or - for stdin",
+    )
+    source.add_argument(
+        "--store",
+        metavar="URL",
+        type=STORE_URL,
+        help="instead of PATH, aggregate this store's first outcomes, one per input hash, "
+        "decided under --policy/--min-coverage (else the environment's policy; else "
+        "report-only), with its alerts: the rows `records` prints (sqlite:///file or "
+        "redis://host:port/db; default: read PATH)",
+    )
+    add_policy_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--html",
@@ -63,8 +94,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.report.aggregate import build_report
     from worker.report.text import render_text
 
-    source = source_name(args.path)
-    report = build_report(JsonLines(args.path), source=source, time_field=args.days_from)
+    if args.store is None:
+        if args.policy is not None or args.min_coverage is not None:
+            raise InputError(
+                "--policy and --min-coverage apply to report --store only: a record file's "
+                "rows were decided when they were written"
+            )
+        source = source_name(args.path)
+        report = build_report(JsonLines(args.path), source=source, time_field=args.days_from)
+    else:
+        source, report = _store_report(args, settings)
     if report.records == 0:
         raise InputError(
             f"{source} contains no evidence_coverage records "
@@ -80,3 +119,20 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"report: wrote {display_path(args.html)}", file=sys.stderr)
     print(report.model_dump_json() if args.json else render_text(report))
     return OK
+
+
+def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Report]:
+    """The report of a store: its first outcomes as `records` rows (one per input hash) and
+    its kept alerts, fed to the record file's aggregation as the lines a file would give."""
+    from worker.audit.records import RecordQuery, Selection, report_lines
+    from worker.report.aggregate import build_report
+    from worker.stores import describe as describe_store
+
+    policy = resolve_policy(args, settings, required=False)
+    with existing_store(args, settings) as store:
+        source = describe_store(store, args.store)
+        rows = Selection(RecordQuery(), policy).rows(store.first_outcomes_by_time())
+        # alerts() reads the newest `limit`: all that are kept, oldest first.
+        alerts = store.alerts(limit=max(store.alert_count(), 1))
+        report = build_report(report_lines(rows, alerts), source=source, time_field=args.days_from)
+    return source, report

@@ -195,7 +195,12 @@ def recorded_ms(attempt: Attempt) -> int:
     """When an attempt was recorded, in whole milliseconds since the epoch (a time without an
     offset is UTC): what orders a case's hashes (hashes_for_case). Integer arithmetic, so
     both stores agree to the millisecond."""
-    at = attempt.recorded_at
+    return utc_ms(attempt.recorded_at)
+
+
+def utc_ms(at: datetime) -> int:
+    """A time in whole milliseconds since the epoch, truncated (a time without an offset is
+    UTC): recorded_ms() of an attempt recorded at `at`."""
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
     return (at - _EPOCH) // timedelta(milliseconds=1)
@@ -248,6 +253,14 @@ class OutcomeStore(Protocol):
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         """Every stored (input hash, first attempt), in no particular order (for the canary)."""
+        ...
+
+    def first_outcomes_by_time(
+        self, since: datetime | None = None, until: datetime | None = None
+    ) -> Iterator[tuple[str, Attempt]]:
+        """Every stored (input hash, first attempt) whose recorded_ms() is at or after `since`
+        and before `until` (either None: no bound), oldest first, ties by input hash; read as
+        the caller goes, in memory bounded whatever the number of outcomes (`records`)."""
         ...
 
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:

@@ -119,6 +119,11 @@ class DurableStore(RecordOne):
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         return self.inner.first_outcomes()
 
+    def first_outcomes_by_time(
+        self, since: datetime | None = None, until: datetime | None = None
+    ) -> Iterator[tuple[str, Attempt]]:
+        return self.inner.first_outcomes_by_time(since, until)
+
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         return self.inner.hashes_for_case(case_id, limit)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar, cast
@@ -39,6 +40,7 @@ from worker.stores.ledger import task_and_position
 from worker.stores.redis_ledger import RedisLedger
 from worker.stores.redis_letters import RedisLetters
 from worker.stores.replicas import ReplicaWait
+from worker.stores.time_order import SortKey, in_time_order, ms_bounds
 
 MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
@@ -544,6 +546,66 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
                         self.keys.hash_from_outcome(key),
                         Attempt.model_validate_json(first),
                     )
+
+    def first_outcomes_by_time(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Iterator[tuple[str, Attempt]]:
+        """No key orders outcomes by time: SCAN reads each outcome's time (its `since`
+        field, the first attempt's recorded_ms(); parsed out of `first` where an earlier
+        version wrote none), time_order sorts the keys externally (a chunk at a time),
+        and the first attempts are then read a batch at a time in that order. An outcome
+        that expires in between is left out. A Redis Cluster's store scans every master."""
+        low, high = ms_bounds(since, until)
+
+        def sort_keys() -> Iterator[SortKey]:
+            for keys in self._scanned(self.keys.outcome_pattern()):
+                times = self._read_fields(keys, "since")
+                unknown = [key for key, ms in zip(keys, times, strict=True) if ms is None]
+                firsts = dict(zip(unknown, self._read_fields(unknown, "first"), strict=True))
+                for key, ms in zip(keys, times, strict=True):
+                    first = firsts.get(key)
+                    if ms is not None:
+                        at = int(ms)
+                    elif first is not None:
+                        at = recorded_ms(Attempt.model_validate_json(first))
+                    else:
+                        continue  # expired between the scan and the read
+                    if low <= at < high:
+                        yield at, self.keys.hash_from_outcome(key)
+
+        ordered = in_time_order(sort_keys())
+        while hashes := [input_hash for _, input_hash in itertools.islice(ordered, SCAN_BATCH)]:
+            keys = [self.keys.outcome(input_hash) for input_hash in hashes]
+            for input_hash, first in zip(hashes, self._read_fields(keys, "first"), strict=True):
+                if first is not None:
+                    yield input_hash, Attempt.model_validate_json(first)
+
+    def _scanned(self, pattern: str) -> Iterator[list[str]]:
+        """The keys matching `pattern`, SCAN_BATCH at a time, as SCAN returns them."""
+        found = self.client.scan_iter(pattern, 1000)
+        batch: list[str] = []
+        while (key := self._call(lambda: next(found, None))) is not None:
+            batch.append(key.decode())
+            if len(batch) == SCAN_BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def _read_fields(self, keys: Sequence[str], field: str) -> list[Any]:
+        """HGET `field` of each key, in one pipeline (None where a key or field is absent)."""
+        if not keys:
+            return []
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hget(key, field)
+            return pipe.execute()
+
+        return self._call(read)
 
     def history(self, input_hash: str) -> History | None:
         def run() -> tuple[list[bytes | None], list[bytes], int]:

@@ -38,11 +38,13 @@ from worker.stores.base import (
     newest_since,
     outcome_json,
     recorded_ms,
+    utc_ms,
 )
 from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
 from worker.stores.sqlite_letters import SQLiteLetters
 from worker.stores.sqlite_prune import Pruned, prune
 from worker.stores.sqlite_transaction import immediate
+from worker.stores.time_order import ms_bounds
 
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
 # keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry;
@@ -167,6 +169,11 @@ WRITES_PER_READ = 250  # (outcome, write id) pairs per SELECT: two variables eac
 MAX_DEAD_LETTERS = 10_000
 ALERT_PAGE = 500  # alerts per SELECT while `alerts --since` reads back in time
 MAX_ROWID = 2**63 - 1
+
+
+def _recorded_ms(recorded_at: str) -> int:
+    """base.recorded_ms() of a kept first attempt, from its recorded_at (ISO 8601 text)."""
+    return utc_ms(datetime.fromisoformat(recorded_at))
 
 
 def _enable_wal(db: sqlite3.Connection, timeout_seconds: float) -> None:
@@ -686,6 +693,37 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         rows = self._db.execute("SELECT input_hash, first_attempt FROM outcomes").fetchall()
         for input_hash, first in rows:
             yield input_hash, Attempt.model_validate_json(first)
+
+    def first_outcomes_by_time(
+        self, since: datetime | None = None, until: datetime | None = None
+    ) -> Iterator[tuple[str, Attempt]]:
+        """SQLite's sorter orders (time, hash, id), spilling to temporary files past its cache
+        (no index, no schema change: docs/records.md has the measurement); the first attempts
+        are then read by id a batch at a time, so neither the sort nor the rows are ever all
+        in this process's memory. The time is recorded_ms() of the kept recorded_at, computed
+        in Python (SQLite's own date functions round to the millisecond where it truncates).
+        A row deleted since the sort (prune --outcomes) is left out."""
+        db = self._db
+        db.create_function("recorded_ms", 1, _recorded_ms, deterministic=True)
+        low, high = ms_bounds(since, until)
+        order = db.execute(
+            "SELECT id FROM (SELECT id, input_hash,"
+            " recorded_ms(json_extract(first_attempt, '$.recorded_at')) AS ms FROM outcomes)"
+            " WHERE ms >= ? AND ms < ? ORDER BY ms, input_hash",
+            (low, high),
+        )
+        while ids := [outcome_id for (outcome_id,) in order.fetchmany(OUTCOMES_PER_READ)]:
+            rows = {
+                outcome_id: (input_hash, first)
+                for outcome_id, input_hash, first in db.execute(
+                    "SELECT id, input_hash, first_attempt FROM outcomes"
+                    f" WHERE id IN ({','.join('?' * len(ids))})",
+                    ids,
+                )
+            }
+            for outcome_id in ids:
+                if (row := rows.get(outcome_id)) is not None:
+                    yield row[0], Attempt.model_validate_json(row[1])
 
     def history(self, input_hash: str) -> History | None:
         row = self._db.execute(

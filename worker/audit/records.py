@@ -1,0 +1,155 @@
+"""`records`: a store's first outcomes as record rows, filtered (SPEC §11); and the lines that
+`report --store` aggregates.
+
+Pure: (input hash, first attempt) pairs and a policy in, rows out. A row is the record line
+the worker wrote when it first recorded the hash (its cache was `miss`), with the first's
+outcome decided under the policy given now, exactly as `explain` decides it
+(contracts.judging.judge_kept): a threshold moved since is seen. Its fields are the record
+line's (SPEC §6) that a store keeps; blocking, trace_id, produced_at and duration_ms are
+not kept, so a row leaves them out rather than guess them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from contracts import Attempt, Policy
+from contracts.judging import judge_kept
+from contracts.outcomes import Owner, Status
+from contracts.records import ALERT_EVENTS, SCORED, AnyAlert, iso_utc
+from contracts.triage import FindingName, findings_json
+
+# A row's fields, in the record line's order; the CSV columns are these.
+FIELDS: Final = (
+    "event",
+    "case_id",
+    "input_hash",
+    "contract_version",
+    "metric_version",
+    "ragas_version",
+    "worker_version",
+    "value",
+    "reason",
+    "status",
+    "policy_group",
+    "policy_version",
+    "threshold",
+    "owner",
+    "cache",
+    "missing_claim_ids",
+    "findings",
+    "contract_drift",
+    "task_id",
+    "recorded_at",
+)
+
+
+def row_of(input_hash: str, first: Attempt, policy: Policy | None) -> dict[str, Any]:
+    """The record row of one first outcome, decided under `policy` (None: report-only)."""
+    judgement = judge_kept(first, policy)
+    decision, found = judgement.decision, judgement.triage
+    return {
+        "event": SCORED,
+        "case_id": first.case_id,
+        "input_hash": input_hash,
+        "contract_version": decision.contract_version,
+        "metric_version": first.metric_version,
+        "ragas_version": first.ragas_version,
+        "worker_version": first.worker_version,
+        "value": decision.value,
+        "reason": decision.reason,
+        "status": decision.status,
+        "policy_group": decision.policy_group,
+        "policy_version": decision.policy_version,
+        "threshold": decision.threshold,
+        "owner": found.owner,
+        "cache": "miss",  # the first outcome is what its hash's first record found
+        "missing_claim_ids": None
+        if found.missing_claim_ids is None
+        else list(found.missing_claim_ids),
+        "findings": findings_json(list(found.findings)),
+        "contract_drift": first.contract_drift,
+        "task_id": first.task_id,
+        "recorded_at": iso_utc(first.recorded_at),
+    }
+
+
+@dataclass(frozen=True)
+class RecordQuery:
+    """What `records` selects; None matches anything. Every given filter must match."""
+
+    contract: str | None = None
+    owner: Owner | None = None
+    status: Status | None = None
+    finding: FindingName | None = None
+    case_prefix: str | None = None
+
+    def admits(self, first: Attempt) -> bool:
+        """The filters a first attempt answers before it is decided (cheap: most rows of a
+        narrow query stop here)."""
+        if self.contract is not None and first.contract_version != self.contract:
+            return False
+        return self.case_prefix is None or (first.case_id or "").startswith(self.case_prefix)
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        """The filters on what the policy decides: status, owner, and the findings."""
+        if self.status is not None and row["status"] != self.status:
+            return False
+        if self.owner is not None and row["owner"] != self.owner:
+            return False
+        return self.finding is None or any(f["finding"] == self.finding for f in row["findings"])
+
+
+@dataclass
+class Selection:
+    """The rows of the first outcomes a query selects, in their order, counted as they go."""
+
+    query: RecordQuery
+    policy: Policy | None
+    read: int = 0
+    selected: int = 0
+
+    def rows(self, outcomes: Iterable[tuple[str, Attempt]]) -> Iterator[dict[str, Any]]:
+        for input_hash, first in outcomes:
+            self.read += 1
+            if not self.query.admits(first):
+                continue
+            row = row_of(input_hash, first, self.policy)
+            if self.query.matches(row):
+                self.selected += 1
+                yield row
+
+
+def csv_cells(row: dict[str, Any]) -> list[str]:
+    """A row as CSV cells, in FIELDS order: null is an empty cell, true/false as in JSON, a
+    number as JSON writes it, and the lists (missing_claim_ids, findings) as JSON text: a
+    claim ID may hold "," or ";", which a joined list would make ambiguous."""
+    return [_cell(row[name]) for name in FIELDS]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def report_lines(
+    rows: Iterable[dict[str, Any]], alerts: Iterable[AnyAlert]
+) -> Iterator[tuple[int, bytes]]:
+    """Numbered JSON lines, as a record file gives them to `report`: the rows, then each
+    alert as its log line (event and fields), so the report places alerts as in a file."""
+    lines = itertools.chain(
+        map(_line, rows),
+        (_line({"event": ALERT_EVENTS[a.kind], **a.model_dump(mode="json")}) for a in alerts),
+    )
+    return enumerate(lines, start=1)
+
+
+def _line(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
