@@ -24,6 +24,8 @@ READ_COMMANDS = [
     ["alerts"],
     ["canary", "--all"],
     ["dead-letters", "list"],
+    ["records"],
+    ["report", "--json"],
 ]
 
 
