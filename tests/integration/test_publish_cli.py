@@ -41,6 +41,7 @@ from worker.constants import SCORE, SCORE_BATCH
 from worker.runtime.consumer import ENVELOPE_BYTES
 from worker.stores.redis import RedisStore
 from worker.upstream.publishing import BATCH_ENVELOPE_BYTES
+from worker.wording import counted
 
 pytestmark = pytest.mark.integration
 
@@ -177,8 +178,8 @@ def run_console(args: Sequence[str], *, queue: str, key_prefix: str, stdin: byte
 
 def summary(queue: str, messages: int, tasks: int, rejected: int) -> str:
     return (
-        f"publish: sent {messages} messages in {tasks} tasks to queue {queue}; "
-        f"{rejected} lines rejected"
+        f"publish: sent {counted(messages, 'message')} in {counted(tasks, 'task')} to queue "
+        f"{queue}; {counted(rejected, 'line')} rejected"
     )
 
 

@@ -167,7 +167,7 @@ def test_the_documented_worker_flow(launcher: Launcher) -> None:
     assert published.stderr.splitlines() == [
         "evidence-worker publish: line 7 not sent: schema: supported_claim_ids: Field "
         "required; supported_claims: Extra inputs are not permitted",
-        f"publish: sent 9 messages in 9 tasks to queue {queue}; 1 lines rejected",
+        f"publish: sent 9 messages in 9 tasks to queue {queue}; 1 line rejected",
     ]
 
     # One JSON record per message and one alert on the worker's stdout.

@@ -16,6 +16,7 @@ from worker.cli import (
     alerts,
     bench,
     canary,
+    completion,
     dead_letters,
     explain,
     gate,
@@ -54,6 +55,7 @@ MODULES = (
     prune,
     schema,
     health,
+    completion,
 )
 
 
@@ -79,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in commands.choices.values():
         # An unrecognized option is the root parser's error in argparse; _dispatch reports
         # it as the command's, whose --help lists the options.
-        command.set_defaults(command_parser=command)
+        # completion writes its script from the whole parser.
+        command.set_defaults(command_parser=command, root_parser=parser)
     return parser
 
 

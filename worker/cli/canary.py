@@ -15,6 +15,7 @@ from worker.cli.common import (
 )
 from worker.cli.exit_codes import NONDETERMINISM, OK
 from worker.settings import Settings
+from worker.wording import counted
 
 DEFAULT_SAMPLE = 1000
 
@@ -54,8 +55,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for difference in result.differences:
         print(dumps_line(difference.as_json()))
     print(
-        f"canary: re-scored {result.checked} of {result.seen} stored first outcomes; "
-        f"{len(result.differences)} differ",
+        f"canary: re-scored {result.checked:,} of {counted(result.seen, 'stored first outcome')}; "
+        f"{len(result.differences):,} {'differs' if len(result.differences) == 1 else 'differ'}",
         file=sys.stderr,
     )
     return NONDETERMINISM if result.differences else OK

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.errors import ConfigurationError
 from worker.settings import display_path
+from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts import Policy
@@ -257,18 +258,18 @@ class Tally:
         return POLICY_FAILURE if self.gating_failures else OK
 
     def summary(self, label: str, policy: Policy | None, *, notes: Sequence[str] = ()) -> str:
-        statuses = ", ".join(f"{name} {n}" for name, n in sorted(self.statuses.items()))
-        parts = [f"{label}: {self.total} rows: {statuses or 'none'}"]
+        statuses = ", ".join(f"{name} {n:,}" for name, n in sorted(self.statuses.items()))
+        parts = [f"{label}: {counted(self.total, 'row')}: {statuses or 'none'}"]
         if self.rejected:
-            parts.append(f"{self.rejected} rejected before scoring")
+            parts.append(f"{self.rejected:,} rejected before scoring")
         if self.cache:
-            parts.append("cache " + ", ".join(f"{k} {v}" for k, v in sorted(self.cache.items())))
+            parts.append("cache " + ", ".join(f"{k} {v:,}" for k, v in sorted(self.cache.items())))
         if self.alerts:
-            parts.append(f"{self.alerts} nondeterminism alert{'s' * (self.alerts != 1)}")
+            parts.append(counted(self.alerts, "nondeterminism alert"))
         if self.drifted:
             parts.append(
-                f"{self.drifted} row{'s' * (self.drifted != 1)} with contract drift"
-                f" ({self.drift_alerts} new alert{'s' * (self.drift_alerts != 1)})"
+                f"{counted(self.drifted, 'row')} with contract drift"
+                f" ({counted(self.drift_alerts, 'new alert')})"
             )
         parts.append(f"policy {policy.version}" if policy else "report-only (no policy)")
         parts += notes

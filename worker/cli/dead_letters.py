@@ -23,6 +23,7 @@ from worker.errors import InputError
 from worker.settings import Settings
 from worker.stores import ResultStore
 from worker.usage import HelpfulParser
+from worker.wording import counted
 
 NAME = "dead-letters"
 
@@ -225,4 +226,4 @@ def unknown_letter(where: str, letter_id: str, action: str) -> InputError:
 
 
 def _letters(count: int) -> str:
-    return f"{count:,} letter{'' if count == 1 else 's'}"
+    return counted(count, "letter")

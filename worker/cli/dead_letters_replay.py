@@ -26,6 +26,7 @@ from worker.errors import ConfigurationError, InputError
 from worker.pipeline.scoring import Delivery
 from worker.settings import Settings
 from worker.stores import DeadLetter
+from worker.wording import counted
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -69,7 +70,7 @@ class Replayed:
             (self.gone, "removed meanwhile"),
         ]
         said = ", ".join(f"{count} {what}" for count, what in parts if count)
-        return f"{LABEL}: {total} letter{'' if total == 1 else 's'}: {said or 'none'}"
+        return f"{LABEL}: {counted(total, 'letter')}: {said or 'none'}"
 
     def still_invalid(self, letter_id: str, reason: str) -> None:
         self.invalid += 1

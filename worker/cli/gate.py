@@ -22,6 +22,7 @@ from worker.cli.inputs import JsonLines
 from worker.cli.progress import over_input
 from worker.errors import InputError
 from worker.settings import Settings
+from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts import AttributionResult, Policy, ReleaseRow
@@ -80,8 +81,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError(f"{source_name(args.path)} contains no rows")
     notes = []
     if baseline is not None:
-        rows = f"{changed} row{'s' * (changed != 1)}"
-        notes.append(f"{rows} changed status against baseline policy {baseline.version}")
+        notes.append(
+            f"{counted(changed, 'row')} changed status against baseline policy {baseline.version}"
+        )
     print(tally.summary("gate", policy, notes=notes), file=sys.stderr)
     return tally.exit_code
 

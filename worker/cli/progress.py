@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
+from worker.wording import counted
+
 if TYPE_CHECKING:
     from worker.cli.inputs import JsonLines
 
@@ -58,7 +60,7 @@ class Progress:
     def line(self, now: float) -> str:
         """`<label>: <n> lines (<rate>/s)`, then `, <pct>%, ETA <m:ss>` when the size is known."""
         elapsed = max(now - self.started, 1e-9)
-        text = f"{self.label}: {self.count:,} lines ({self.count / elapsed:,.0f}/s)"
+        text = f"{self.label}: {counted(self.count, 'line')} ({self.count / elapsed:,.0f}/s)"
         done = self._done() if self._done else 0
         total = self._total() if self._total else None
         if total and done:

@@ -21,6 +21,7 @@ from worker.cli.inputs import JsonLines
 from worker.cli.progress import over_input
 from worker.errors import ConfigurationError, InputError
 from worker.settings import REDIS_URL_HINT, Settings, masked_url
+from worker.wording import counted
 
 # The worker waits for its broker for ever; a command gives up within seconds, in one line.
 BROKER_TIMEOUT_SECONDS = 5.0
@@ -84,10 +85,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if "DB index is out of range" not in str(error):
             if progress.count:  # what did go, before main() says why the rest did not
                 print(
-                    f"publish: sent {progress.count:,} "
-                    f"message{'' if progress.count == 1 else 's'} to queue {settings.queue} "
-                    "before the broker failed; the rest were not sent, and the ledger keeps "
-                    "no entry for them",
+                    f"publish: sent {counted(progress.count, 'message')} to queue "
+                    f"{settings.queue} before the broker failed; the rest were not sent, and "
+                    "the ledger keeps no entry for them",
                     file=sys.stderr,
                 )
             raise  # the broker is down or refuses us: main() says so in one line
@@ -103,8 +103,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if result.messages == 0 and not result.rejected:
         raise InputError(f"{source_name(args.path)} contains no messages")
     print(
-        f"publish: sent {result.messages} messages in {result.tasks} tasks to queue "
-        f"{settings.queue}; {len(result.rejected)} lines rejected",
+        f"publish: sent {counted(result.messages, 'message')} in {counted(result.tasks, 'task')} "
+        f"to queue {settings.queue}; {counted(len(result.rejected), 'line')} rejected",
         file=sys.stderr,
     )
     return INVALID if result.rejected else OK

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from worker.cli.common import add_worker_store_option, describe, dumps_line, opened_store
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.settings import Settings
+from worker.wording import counted
 
 if TYPE_CHECKING:
     from worker.stores import Ledger, LedgerEntry
@@ -80,8 +81,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 found += 1
     verb = "sent again" if args.republish else "listed"
     print(
-        f"reconcile: {found} messages published before {before.isoformat()} were neither "
-        f"recorded nor dead-lettered; {found} {verb}",
+        f"reconcile: {counted(found, 'message')} published before {before.isoformat()} "
+        f"{'was' if found == 1 else 'were'} neither recorded nor dead-lettered; {found:,} {verb}",
         file=sys.stderr,
     )
     return UNRECORDED if found else OK

@@ -23,6 +23,7 @@ from worker.cli.common import (
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
 from worker.settings import Settings
+from worker.wording import counted
 
 FORMATS = ("jsonl", "csv")
 
@@ -124,13 +125,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             for row in rows:
                 out.write(dumps_line(row) + "\n")
+    decided = f"policy {policy.version}" if policy else "report-only (no policy)"
     print(
-        f"records: {_count(selection.selected, 'row')} of {_count(selection.read, 'first outcome')}"
-        f" read; {f'policy {policy.version}' if policy else 'report-only (no policy)'}",
+        f"records: {counted(selection.selected, 'row')} of "
+        f"{counted(selection.read, 'first outcome')} read; {decided}",
         file=sys.stderr,
     )
     return OK
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'s' * (n != 1)}"

@@ -12,6 +12,7 @@ from worker.cli.common import describe, nonempty
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
 from worker.settings import Settings, display_path
+from worker.wording import counted
 
 
 def register(commands: Any) -> None:
@@ -51,5 +52,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             (directory / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
     except OSError as error:
         raise InputError(f"cannot write schemas into {shown}: {error.strerror}") from None
-    print(f"schema: wrote {len(schemas)} files to {shown}", file=sys.stderr)
+    print(f"schema: wrote {counted(len(schemas), 'file')} to {shown}", file=sys.stderr)
     return OK

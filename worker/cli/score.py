@@ -28,6 +28,7 @@ from worker.pipeline.scoring import Delivery
 from worker.runtime import collector
 from worker.settings import Settings, masked_url
 from worker.stores import describe as describe_store
+from worker.wording import counted
 
 if TYPE_CHECKING:
     from worker.pipeline.service import Service
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         except KeyboardInterrupt:
             progress.finish()
             print(
-                f"score: interrupted; {tally.total} rows recorded in {masked_url(url)} "
+                f"score: interrupted; {counted(tally.total, 'row')} recorded in {masked_url(url)} "
                 "(run the file again: recorded rows come back as cache hits)",
                 file=sys.stderr,
             )

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts.messages import as_utc
 from contracts.records import AlertKind
+from worker.wording import counted
 
 TimeField = Literal["recorded_at", "produced_at"]
 TIME_FIELDS: Final[tuple[TimeField, ...]] = ("recorded_at", "produced_at")
@@ -155,5 +156,7 @@ def days_text(days: Sequence[DayReport], undated: int, field: TimeField) -> list
         for row in rows
     ]
     if undated:
-        out.append(f"  without {field}: {undated} rows ({WHY_UNDATED[field]}: on no day)")
+        out.append(
+            f"  without {field}: {counted(undated, 'row')} ({WHY_UNDATED[field]}: on no day)"
+        )
     return out

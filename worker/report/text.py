@@ -16,6 +16,7 @@ from worker.report.aggregate import (
 from worker.report.alerts import alert_hash_lines
 from worker.report.days import days_text, span_line
 from worker.report.reasons import reason_note
+from worker.wording import counted
 
 
 def group_label(group: str | None) -> str:
@@ -109,7 +110,7 @@ def finding_label(claim: MissingClaim) -> str:
     """'not_cited (2 of 3 rows)': the dominant finding, and how dominant it is."""
     if claim.finding is None:
         return "no finding recorded"
-    return f"{claim.finding} ({claim.finding_count} of {claim.rows} rows)"
+    return f"{claim.finding} ({claim.finding_count:,} of {counted(claim.rows, 'row')})"
 
 
 def triage_note(group: GroupReport) -> str | None:

@@ -245,7 +245,7 @@ CASES: dict[str, Case] = {
     ),
     "gate a binary file is one invalid row": Case(
         ["gate", "binary.dat", "--min-coverage", "0.5"],
-        "gate: 1 rows: invalid 1; policy cli:0.5; exit 2",
+        "gate: 1 row: invalid 1; policy cli:0.5; exit 2",
     ),
     "gate an empty file": Case(
         ["gate", "/dev/null", "--min-coverage", "0.5"], f"{PROG}: /dev/null contains no rows"

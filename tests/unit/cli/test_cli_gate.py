@@ -156,7 +156,7 @@ def test_failing_row_line_is_exact(
             "contract_drift": False,
         }
     ]
-    assert run.err == "gate: 1 rows: fail 1; policy 2026-12-01; exit 1\n"
+    assert run.err == "gate: 1 row: fail 1; policy 2026-12-01; exit 1\n"
 
 
 def test_metric_invalid_row_line_is_exact(
@@ -396,7 +396,7 @@ def test_row_failing_only_because_the_rule_moved_is_owned_by_release_rule(
     assert line["missing_claim_ids"] == ["c"]
     assert run.code == 1  # the current policy decides the exit code
     assert run.err == (
-        "gate: 1 rows: fail 1; policy 2026-12-01; "
+        "gate: 1 row: fail 1; policy 2026-12-01; "
         "1 row changed status against baseline policy 2026-11-01; exit 1\n"
     )
 

@@ -35,7 +35,7 @@ def test_changed_supported_list_exits_3(conflicting_runs: tuple[Run, Run, str]) 
 
     assert (first.code, second.code) == (0, 3)
     assert second.summary == (
-        "score: 1 rows: scored 1; cache conflict 1; 1 nondeterminism alert; "
+        "score: 1 row: scored 1; cache conflict 1; 1 nondeterminism alert; "
         "report-only (no policy); exit 3"
     )
 

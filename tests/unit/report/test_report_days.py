@@ -139,7 +139,7 @@ def test_records_without_times_are_counted_apart_never_placed_on_a_day() -> None
         "days (UTC, by recorded_at): 2026-12-01 to 2026-12-03, 2 with records; records "
         "without recorded_at 1 (written before records carried times: on no day)"
     )
-    assert "  without recorded_at: 1 rows (written before records carried times: on no day)" in (
+    assert "  without recorded_at: 1 row (written before records carried times: on no day)" in (
         text
     )
 

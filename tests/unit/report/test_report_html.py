@@ -251,7 +251,7 @@ def test_html_missing_claims_table(tables_page: Callable[..., Tables]) -> None:
     (claims,) = page.table("missing-claims")
     assert claims == [
         ["default", "a", "3", "not_cited (2 of 3 rows)"],
-        ["default", "<b>c</b>", "1", "evidence_not_retrieved (1 of 1 rows)"],
+        ["default", "<b>c</b>", "1", "evidence_not_retrieved (1 of 1 row)"],
     ]
     assert "b" not in page.tags
 
