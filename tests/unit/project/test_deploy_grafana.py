@@ -42,7 +42,7 @@ def dashboard() -> dict[str, Any]:
 def exported_metrics() -> set[str]:
     """Every series name the worker's Metrics class declares, with a histogram's suffixes."""
     source = Path(metrics.__file__).read_text(encoding="utf-8")
-    names = set()
+    names: set[str] = set()
     for kind, name in re.findall(r'(Counter|Gauge|Histogram)\(\s*"(\w+)"', source):
         suffixes = {
             "Counter": ["_total"],
