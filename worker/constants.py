@@ -2,7 +2,8 @@
 failing on a bug that deploy/alerts/loki-rules.yaml alerts on, the service and logger names
 that collectors and dashboards select on (logging and telemetry both write them), and the
 heartbeat file's words that the probe (worker/runtime/health.py) and Settings share. Standard
-library only: the probe imports this and nothing heavier."""
+library only: the probe imports this and nothing heavier. Also the header that carries a
+message's publish time from publisher to worker."""
 
 SCORE = "evidence_coverage.score"
 SCORE_BATCH = "evidence_coverage.score_batch"
@@ -12,6 +13,10 @@ RECONCILE = "evidence_coverage.reconcile"
 
 TASK_FAILED = "evidence_coverage.task_failed"
 UNRECORDABLE = "evidence_coverage.unrecordable"
+
+# A task message header: when the publisher handed it to the broker, in seconds since the
+# epoch; the worker's publish-to-record histogram reads it (a message without it is not timed).
+PUBLISHED_AT_HEADER = "evidence_published_at"
 
 SERVICE_NAME = "evidence-coverage-worker"
 LOGGER_NAME = "evidence_coverage"

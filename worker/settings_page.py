@@ -142,6 +142,12 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
         "`user:password` for Flower; compose refuses that file without it",
     ),
     (
+        "`GRAFANA_ADMIN_PASSWORD`, `GRAFANA_PORT`, `PROMETHEUS_PORT`",
+        "`deploy/compose.yaml`",
+        "Grafana's `admin` password (default `admin`) and the localhost ports of Grafana "
+        "(3000) and Prometheus (9090); see [the dashboard](dashboard.md)",
+    ),
+    (
         "`LOKI_ENDPOINT`, `ELASTICSEARCH_ENDPOINT`, `ELASTICSEARCH_USER`, `ELASTICSEARCH_PASSWORD`",
         "`deploy/logging/vector.toml`",
         "where Vector sends the worker's lines, and its credentials",
@@ -155,13 +161,18 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     (
         "`CI`",
         "the tests",
-        "set (as CI sets it): the thorough property profile, and a missing `promtool` fails "
-        "the run",
+        "set (as CI sets it): the thorough property profile, and a missing `promtool` or "
+        "`prometheus` fails the run",
     ),
     (
         "`PROMTOOL`",
         "the tests",
         "the `promtool` binary for the Prometheus rule tests, when it is not on the PATH",
+    ),
+    (
+        "`PROMETHEUS`",
+        "the tests",
+        "the Prometheus server binary for the dashboard test, when it is not on the PATH",
     ),
 )
 OTHER_HEADING = """\

@@ -43,7 +43,8 @@ def register(commands: Any) -> None:
             "examples). When the records span more than one UTC day, per contract version and "
             "day: rows, valid and invalid rows, the mean over valid rows, and alerts of both "
             "kinds; records without a time (written before records carried one) are counted "
-            "apart, never put on a day. Other log lines are skipped and counted; unparsable "
+            "apart, never put on a day. Other lines of the worker's are skipped and counted by "
+            "event; Celery's own log lines are counted apart; unparsable "
             "lines are counted as unreadable. Versions are never mixed. "
             "With --store instead of PATH: the same sections over the store's first outcomes, "
             "one per input hash (the rows `records` prints), and the alerts it keeps. "
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if report.records == 0:
         raise InputError(
             f"{source} contains no evidence_coverage records "
-            f"({sum(report.skipped.values())} other lines, {report.unreadable} unreadable)"
+            f"({sum(report.skipped.values()) + report.log_lines} other lines, "
+            f"{report.unreadable} unreadable)"
         )
     if args.html is not None:
         from worker.report.html import render_html

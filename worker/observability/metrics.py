@@ -14,13 +14,35 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Coverage is a share of claims: ten even bins, finer around the thresholds teams pick (0.85).
+COVERAGE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+# From a publish to its record: well under a second on an idle worker, up to hours when a
+# backlog or a store outage holds messages in the broker.
+PUBLISH_TO_RECORD_BUCKETS = (
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
 CACHES = ("miss", "hit", "conflict")
+NO_LABEL = "none"  # the label value for a record field that is null (no owner, no group)
 
 
 def known_message_labels() -> list[tuple[str, str, str]]:
@@ -115,6 +137,27 @@ class Metrics:
             "evidence_coverage_contract_drift_alerts",
             "Same contract version and case ID, another required claim set",
         )
+        # Per contract version (versions are never mixed, SPEC §7) and policy group; a label
+        # value per contract version a deployment ever sees, a handful in practice.
+        self.coverage = Histogram(
+            "evidence_coverage_value",
+            "Coverage of valid rows as recorded (invalid rows have none), by contract version "
+            "and policy group",
+            ["contract_version", "policy_group"],
+            buckets=COVERAGE_BUCKETS,
+        )
+        self.threshold = Gauge(
+            "evidence_coverage_threshold",
+            "The policy threshold the latest record of a policy group was decided with",
+            ["policy_group"],
+            multiprocess_mode="mostrecent",
+        )
+        self.publish_to_record = Histogram(
+            "evidence_coverage_publish_to_record_seconds",
+            "From `publish` (or the client) handing a message to the broker to its record, "
+            "for messages that carry the publish time",
+            buckets=PUBLISH_TO_RECORD_BUCKETS,
+        )
         self.latency = Histogram(
             "evidence_coverage_scoring_seconds",
             "Time to score and record one message",
@@ -142,17 +185,35 @@ class Metrics:
         alerts: int,
         seconds_per_message: float,
         drift_alerts: int = 0,
+        published_at: Sequence[datetime | None] = (),
     ) -> None:
-        """Count one task's records (ScoreRecord-like: status, cache, owner, event)."""
+        """Count one task's records (ScoreRecord-like: status, cache, owner, event, value,
+        contract_version, policy_group, threshold, recorded_at); `published_at`, per record,
+        when its message was published (None or missing: not known)."""
         if not self.enabled:
             return
-        for record in records:
+        for position, record in enumerate(records):
             if record.event == "evidence_coverage.rejected":
                 self.rejected.inc()
             self.messages.labels(
-                status=record.status, cache=record.cache or "none", owner=record.owner or "none"
+                status=record.status,
+                cache=record.cache or NO_LABEL,
+                owner=record.owner or NO_LABEL,
             ).inc()
             self.latency.observe(seconds_per_message)
+            group = record.policy_group or NO_LABEL
+            if record.value is not None and record.contract_version is not None:
+                self.coverage.labels(
+                    contract_version=record.contract_version, policy_group=group
+                ).observe(record.value)
+            if record.threshold is not None:
+                self.threshold.labels(policy_group=group).set(record.threshold)
+            published = published_at[position] if position < len(published_at) else None
+            if published is not None and record.recorded_at is not None:
+                # Clocks of two hosts: a publisher ahead of the worker would give a negative
+                # age, which a histogram cannot hold; it is counted as immediate.
+                age = (record.recorded_at - published).total_seconds()
+                self.publish_to_record.observe(max(age, 0.0))
         if alerts:
             self.alerts.inc(alerts)
         if drift_alerts:

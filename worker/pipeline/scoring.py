@@ -46,13 +46,15 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True)
 class Delivery:
-    """Where one attempt came from: a task (with its redelivery flag and the message's
-    position in the task's body) or a CLI input line."""
+    """Where one attempt came from: a task (with its redelivery flag, the message's
+    position in the task's body and, when its publisher said, when it was published) or a
+    CLI input line."""
 
     task_id: str | None = None
     redelivered: bool = False
     line: int | None = None
     position: int | None = None
+    published_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -129,7 +130,12 @@ class Service:
                 )
             )
         results = [slot if slot is not None else next(scored) for slot in slots]
-        self._emit(results, seconds=time.perf_counter() - started, texts=texts)
+        self._emit(
+            results,
+            seconds=time.perf_counter() - started,
+            texts=texts,
+            published_at=[delivery.published_at for _, delivery in bodies],
+        )
         return results
 
     def reject(
@@ -169,7 +175,9 @@ class Service:
             )
             for body, letter in zip(bodies, letters, strict=True)
         ]
-        self._emit(results, seconds=None, **context)
+        self._emit(
+            results, seconds=None, published_at=[delivery.published_at] * len(results), **context
+        )
         return results
 
     def _letter(self, body: Body, error: str, delivery: Delivery) -> DeadLetter:
@@ -188,10 +196,12 @@ class Service:
         *,
         seconds: float | None,
         texts: Sequence[dict[str, Any]] | None = None,
+        published_at: Sequence[datetime | None] = (),
         **context: Any,
     ) -> None:
         """Each record (and alert) in order; the call's time is shared out per message;
-        `texts`: per result, fields its line carries besides (EVIDENCE_LOG_RAW_TEXT)."""
+        `texts`: per result, fields its line carries besides (EVIDENCE_LOG_RAW_TEXT);
+        `published_at`: per result, when its message was published, if known."""
         per_message_ms = None if seconds is None else seconds * 1000 / max(len(results), 1)
         if per_message_ms is not None:
             context["duration_ms"] = round(per_message_ms, 3)
@@ -219,6 +229,7 @@ class Service:
             alerts=alerts,
             drift_alerts=drift_alerts,
             seconds_per_message=(per_message_ms or 0.0) / 1000,
+            published_at=published_at,
         )
 
     def close(self) -> None:

@@ -132,12 +132,25 @@ class ReportedRecord(BaseModel):
         return int(match.group(2))
 
 
+NO_EVENT = "(no event)"  # a JSON object without an event: not known to be anyone's log
+# The prefix of every event name the worker writes (worker/constants.py's LOGGER_NAME).
+OUR_EVENTS = "evidence_coverage."
+
+
 @dataclass(frozen=True)
 class OtherLine:
-    """A JSON object that is not a record (a Celery log line, an alert): skipped, counted."""
+    """A JSON object that is not a record: one of ours (an alert, a start-up or reconcile
+    line), skipped and counted by event, or a log line of Celery's (or another library's),
+    counted apart."""
 
     event: str
     alert: AlertLine | None = None
+
+    @property
+    def ours(self) -> bool:
+        """False for Celery's own lines ("celery@host ready."): a worker's stdout is full of
+        them, and they say nothing about the records, so they are not "skipped" records."""
+        return self.event.startswith(OUR_EVENTS) or self.event == NO_EVENT
 
 
 class UnreadableLineError(ValueError):
@@ -234,6 +247,8 @@ class Report(ReportModel):
     source: str
     records: int
     skipped: dict[str, int]
+    # Lines of Celery's (and other libraries') logs: every event not of ours.
+    log_lines: int = 0
     unreadable: int
     unreadable_lines: list[UnreadableLine]
     nondeterminism_alerts: int
@@ -266,7 +281,7 @@ def parse_line(body: bytes) -> ReportedRecord | OtherLine:
             reason = describe_validation_error(error)
             raise UnreadableLineError(f"bad {event} record: {reason}") from None
     if not isinstance(event, str):
-        return OtherLine("(no event)")
+        return OtherLine(NO_EVENT)
     kind = KIND_OF_EVENT.get(event)
     if kind is None:
         return OtherLine(event)
@@ -281,6 +296,7 @@ def build_report(
     `time_field` is the record time that puts records on days."""
     records: list[ReportedRecord] = []
     skipped: Counter[str] = Counter()
+    log_lines = 0
     alerts: list[AlertLine] = []
     unreadable: list[UnreadableLine] = []
     for number, body in lines:
@@ -291,6 +307,9 @@ def build_report(
             continue
         if isinstance(parsed, ReportedRecord):
             records.append(parsed)
+            continue
+        if not parsed.ours:
+            log_lines += 1
             continue
         skipped[parsed.event] += 1
         if parsed.alert is not None:
@@ -306,6 +325,7 @@ def build_report(
         source=source,
         records=len(records),
         skipped=dict(sorted(skipped.items())),
+        log_lines=log_lines,
         unreadable=len(unreadable),
         unreadable_lines=unreadable[:MAX_UNREADABLE_SHOWN],
         nondeterminism_alerts=totals["nondeterminism"],

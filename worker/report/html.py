@@ -31,21 +31,28 @@ from worker.report.text import (
     triage_note,
 )
 
-CHART_WIDTH = 440
-PLOT_LEFT, PLOT_HEIGHT, BAR_WIDTH = 30, 160, 40
+# About the page's width (80rem: room for the alerts table's 64-digit hashes); the chart
+# scales with the page (CSS width 100%), its text too.
+CHART_WIDTH = 1000
+PLOT_LEFT, PLOT_HEIGHT, BAR_WIDTH = 30, 200, 92
 # Room above the bars for their count labels, then one line per threshold label, so that a
-# label never sits on a bar's count.
-PLOT_MARGIN, LABEL_LINE, CHART_FOOT = 20, 14, 44
+# label never sits on a bar's count; 18 px apart for 11 px text, so two never touch.
+PLOT_MARGIN, LABEL_LINE, CHART_FOOT = 20, 18, 44
+# Text widths are estimated, not measured (no fonts here): at most this many px per character
+# of 11 px text (bold sans-serif digits and lower case stay under it), plus the gap kept
+# between a text and a threshold line.
+CHAR_WIDTH, TEXT_GAP = 7.5, 4
 
 STYLE = (
     """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 80rem; color: #222; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; border-top: 1px solid #ccc; padding-top: 1rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
 th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #f4f4f4; }
 .warning { color: #8a4b00; background: #fff4e0; padding: 0.3rem 0.5rem; }
+svg.histogram { width: 100%; height: auto; }
 .bar { fill: #3b6ea8; } .axis { stroke: #888; } svg text { font-size: 11px; fill: #444; }
 .threshold-line { stroke: #c0392b; stroke-width: 2; stroke-dasharray: 5 3; }
 svg text.threshold-label { fill: #c0392b; font-weight: 600; }
@@ -55,7 +62,9 @@ td.id { font-family: ui-monospace, monospace; text-align: left; }
 .missing-claims th:nth-child(2), .missing-claims th:nth-child(4) { text-align: left; }
 code { font-size: 0.95em; }
 table.alert-hashes td, table.alert-hashes th { text-align: left; }
+table.alert-hashes { display: block; max-width: 100%; overflow-x: auto; }
 td.commands { white-space: nowrap; } td.commands code { font-size: 0.85em; }
+td.time, td.nowrap { white-space: nowrap; }
 ul.invalid-reasons ul { margin: 0.1rem 0 0.3rem; color: #555; }
 """
     + DAYS_STYLE
@@ -108,9 +117,10 @@ def alert_hashes(report: Report) -> list[str]:
     rows = [
         [
             td(a.kind),
-            td(a.contract_version or "(not in this file)"),
+            # A time or a version broken at its hyphens reads as two values.
+            td(a.contract_version or "(not in this file)", "nowrap"),
             td(a.alerts),
-            td("-" if a.first_raised_at is None else iso_utc(a.first_raised_at)),
+            td("-" if a.first_raised_at is None else iso_utc(a.first_raised_at), "time"),
             f'<td class="commands" data-hash="{escape(a.input_hash)}">'
             + "<br>".join(f"<code>{escape(c)}</code>" for c in inspect_commands(a.input_hash))
             + "</td>",
@@ -169,27 +179,64 @@ def thresholds_of(version: VersionReport) -> dict[float, list[str]]:
     return dict(sorted(groups.items()))
 
 
+def text_width(text: str) -> float:
+    """An upper estimate of `text`'s width in the chart's 11 px type."""
+    return len(text) * CHAR_WIDTH
+
+
+def threshold_x(threshold: float) -> float:
+    return PLOT_LEFT + threshold * BINS * BAR_WIDTH
+
+
 def threshold_marker(
-    threshold: float, groups: list[str], *, line: int, plot_top: int, named: bool
+    threshold: float, groups: list[str], *, line: int, lines: int, baseline: int, named: bool
 ) -> tuple[str, str]:
     """A dashed vertical line at the threshold's position on the value axis, and its label
-    above the plot on a line of its own; the groups are named when the version has several.
+    above the plot on a line of its own (`line` of `lines`, the top one 0); the groups are
+    named when the version has several.
 
-    Returned apart: every label is drawn after every line, so no line runs over a label.
+    The line starts below the last label line, so it crosses no label, whichever way the
+    labels grow; each label ends at its line when there is room on its left (one near 0
+    starts there instead), and stays inside the chart.
     """
-    x = PLOT_LEFT + threshold * BINS * BAR_WIDTH
+    x = threshold_x(threshold)
     text = threshold_label(threshold) + (f" ({', '.join(groups)})" if named else "")
-    # Near an end of the axis the label grows inwards, so it stays inside the chart.
-    anchor = "end" if threshold > 0.75 else "start" if threshold < 0.25 else "middle"
+    width = text_width(text)
+    # Ending at the line reads as the line's label; the width is only an estimate, so the
+    # start is placed exactly only where it must be (no room on the line's left).
+    anchor, label_x = "end", x
+    if x - width < 0:
+        anchor, label_x = "start", min(x, CHART_WIDTH - width)
     label_y = (line + 1) * LABEL_LINE
     data = f'data-threshold="{threshold!r}"'
     title = f"{threshold_label(threshold)}: groups {', '.join(groups)}"
     return (
-        f'<line class="threshold-line" {data} x1="{x:g}" y1="{label_y + 3}" x2="{x:g}" '
-        f'y2="{plot_top + PLOT_HEIGHT}"><title>{escape(title)}</title></line>',
-        f'<text class="threshold-label" {data} x="{x:g}" y="{label_y}" '
+        f'<line class="threshold-line" {data} x1="{x:g}" y1="{lines * LABEL_LINE + TEXT_GAP}" '
+        f'x2="{x:g}" y2="{baseline}"><title>{escape(title)}</title></line>',
+        f'<text class="threshold-label" {data} x="{label_x:g}" y="{label_y}" '
         f'text-anchor="{anchor}">{escape(text)}</text>',
     )
+
+
+def count_label_x(index: int, text: str, lines_x: list[float]) -> tuple[float, str]:
+    """Where a bar's count goes (x and text-anchor): centred over its bar, unless a threshold
+    line would run through it; then beside that line, still over the bar. When no place over
+    the bar is clear (several lines in one bin), centred: its white halo keeps it readable."""
+    low = PLOT_LEFT + index * BAR_WIDTH
+    high = low + BAR_WIDTH
+    width = text_width(text)
+    centre = low + BAR_WIDTH / 2
+    # (left edge, x, anchor) of each place to try, the centre first.
+    places = [(centre - width / 2, centre, "middle")]
+    for x in lines_x:
+        places.append((x - TEXT_GAP - width, x - TEXT_GAP, "end"))
+        places.append((x + TEXT_GAP, x + TEXT_GAP, "start"))
+    for left, x, anchor in places:
+        right = left + width
+        inside = low <= left and right <= high
+        if inside and all(not left - TEXT_GAP < line < right + TEXT_GAP for line in lines_x):
+            return x, anchor
+    return centre, "middle"
 
 
 def histogram_svg(version: VersionReport) -> str:
@@ -201,6 +248,7 @@ def histogram_svg(version: VersionReport) -> str:
     plot_top = PLOT_MARGIN + LABEL_LINE * len(thresholds)
     chart_height = plot_top + PLOT_HEIGHT + CHART_FOOT
     baseline = plot_top + PLOT_HEIGHT
+    lines_x = [threshold_x(threshold) for threshold in thresholds]
     label = f"Histogram of valid values for contract version {version.label}"
     shapes = [
         f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{CHART_WIDTH}" '
@@ -219,19 +267,23 @@ def histogram_svg(version: VersionReport) -> str:
         bars.append(
             f'<rect class="bar" x="{x + 2}" y="{baseline - height}" width="{BAR_WIDTH - 4}" '
             f'height="{height}" data-count="{count}">'
-            f"<title>{low:.1f} ≤ value {upper} {high:.1f}: {count} valid rows</title></rect>"
+            # Escaped: a bare "<" is text to an HTML parser, but not to an SVG (XML) one.
+            f"<title>{escape(f'{low:.1f} ≤ value {upper} {high:.1f}')}: {count} valid rows"
+            "</title></rect>"
         )
+        label_x, anchor = count_label_x(index, str(count), lines_x)
         labels.append(
-            f'<text class="count" x="{x + BAR_WIDTH / 2}" y="{baseline - height - 4}" '
-            f'text-anchor="middle">{count}</text>'
+            f'<text class="count" x="{label_x:g}" y="{baseline - height - 4}" '
+            f'text-anchor="{anchor}">{count}</text>'
         )
     named = len(version.groups) > 1
     # Drawn over the bars (a threshold inside a bin would hide behind its bar) and under the
-    # counts, which keep a white halo so the line never makes them unreadable.
-    # Highest threshold on the top line: labels mostly grow leftwards (anchored at their end),
-    # away from the lines of the higher thresholds above them.
+    # counts, which stand aside from the lines and keep a white halo besides.
+    # Highest threshold on the top line, as it is the rightmost.
     markers = [
-        threshold_marker(threshold, groups, line=i, plot_top=plot_top, named=named)
+        threshold_marker(
+            threshold, groups, line=i, lines=len(thresholds), baseline=baseline, named=named
+        )
         for i, (threshold, groups) in enumerate(reversed(thresholds.items()))
     ]
     shapes += bars

@@ -56,12 +56,14 @@ def _alerts_clause(kind: str, total: int, unmatched: int) -> str:
 
 
 def headline(report: Report) -> str:
-    """What was read: records, skipped lines by event, unreadable lines, alerts of both kinds."""
+    """What was read: records, skipped lines by event, Celery's log lines (counted apart: not
+    records, and not skipped ones), unreadable lines, alerts of both kinds."""
     skipped = ", ".join(f"{event} {n}" for event, n in report.skipped.items())
     return "; ".join(
         [
             f"{report.source}: records {report.records}",
             f"skipped lines {sum(report.skipped.values())}" + (f" ({skipped})" if skipped else ""),
+            f"Celery log lines {report.log_lines}",
             f"unreadable lines {report.unreadable}",
             _alerts_clause(
                 "nondeterminism",

@@ -13,7 +13,7 @@ rejected (`_failed`).
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from time import sleep
 from typing import Any
@@ -25,6 +25,7 @@ from celery.exceptions import Reject
 from worker.constants import (
     CANARY,
     NOOP,
+    PUBLISHED_AT_HEADER,
     RECONCILE,
     SCORE,
     SCORE_BATCH,
@@ -48,7 +49,22 @@ UNRECORDABLE_PAUSE_SECONDS = 1.0
 
 def _delivery(task: Task) -> Delivery:
     info = task.request.delivery_info or {}
-    return Delivery(task_id=task.request.id, redelivered=bool(info.get("redelivered")))
+    return Delivery(
+        task_id=task.request.id,
+        redelivered=bool(info.get("redelivered")),
+        published_at=_published_at(task.request.get(PUBLISHED_AT_HEADER)),
+    )
+
+
+def _published_at(header: object) -> datetime | None:
+    """The publish time a message's header carries; anything but a number is not one (a
+    foreign publisher's header of the same name must not fail the task)."""
+    if isinstance(header, bool) or not isinstance(header, int | float):
+        return None
+    try:
+        return datetime.fromtimestamp(header, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _run(task: Task, bodies: list[Any], *, refuse: str | None = None) -> list[dict[str, Any]]:

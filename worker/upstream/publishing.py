@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contracts import AttributionResult, input_hash
-from worker.constants import SCORE, SCORE_BATCH
+from worker.constants import PUBLISHED_AT_HEADER, SCORE, SCORE_BATCH
 from worker.errors import InputError, TransientError
 from worker.pipeline.intake import parse_message
 from worker.stores.ledger import Ledger, LedgerEntry
@@ -90,6 +90,8 @@ def send(
             task_id=task_id,
             mandatory=True,
             confirm_timeout=CONFIRM_TIMEOUT_SECONDS,
+            # Read by the worker for its publish-to-record histogram.
+            headers={PUBLISHED_AT_HEADER: datetime.now(UTC).timestamp()},
             **({} if argsrepr is None else {"argsrepr": argsrepr, "kwargsrepr": "{}"}),
         )
     except OperationalError as error:

@@ -220,17 +220,24 @@ def test_ecs_documents_are_read_by_their_event_action() -> None:
     assert report.skipped == {"evidence_coverage.nondeterminism": 1}
 
 
-def test_other_lines_are_skipped_and_counted_by_event() -> None:
-    """Celery log lines and alerts are not records: skipped, counted per event name."""
-    celery = {"level": "info", "event": "celery@host ready.", "logger": "celery.worker"}
-    report = report_of(record(), celery, alert("a" * 64), {"no": "event"}, celery)
+def test_other_lines_of_ours_are_skipped_and_counted_by_event() -> None:
+    """Alerts and objects with no event are not records: skipped, counted per event name."""
+    report = report_of(record(), alert("a" * 64), {"no": "event"})
 
     assert report.records == 1
-    assert report.skipped == {
-        "(no event)": 1,
-        "celery@host ready.": 2,
-        "evidence_coverage.nondeterminism": 1,
-    }
+    assert report.skipped == {"(no event)": 1, "evidence_coverage.nondeterminism": 1}
+    assert report.log_lines == 0
+
+
+def test_celery_s_own_lines_are_log_lines_not_skipped_ones() -> None:
+    """A worker's stdout is full of Celery's lines: counted apart, never as skipped lines."""
+    ready = {"level": "info", "event": "celery@host ready.", "logger": "celery.apps.worker"}
+    connected = {"level": "info", "event": "Connected to redis://localhost:6379/0"}
+    report = report_of(record(), ready, connected, ready)
+
+    assert report.records == 1
+    assert report.skipped == {}
+    assert report.log_lines == 3
 
 
 def test_alerts_are_counted_per_contract_version_through_their_hash() -> None:

@@ -53,8 +53,8 @@ def test_cli_prints_a_table_per_contract_version(
     assert run.err == ""
     out = run.out.splitlines()
     assert out[0] == (
-        f"report: {records_file}: records 5; skipped lines 2 "
-        "(Connected to redis://localhost:6379/0 1, evidence_coverage.nondeterminism 1); "
+        f"report: {records_file}: records 5; skipped lines 1 "
+        "(evidence_coverage.nondeterminism 1); Celery log lines 1; "
         "unreadable lines 1; nondeterminism alerts 1; contract drift alerts 0"
     )
     assert out[1] == (
@@ -174,6 +174,7 @@ def test_cli_json_prints_one_object_of_exact_structure(
         "source": str(path),
         "records": 3,
         "skipped": {},
+        "log_lines": 0,
         "unreadable": 0,
         "unreadable_lines": [],
         "nondeterminism_alerts": 0,

@@ -261,7 +261,7 @@ def test_html_draws_the_threshold_on_the_histogram(tables_page: Callable[..., Ta
     page = tables_page([record(), record(value=0.5, status="fail"), invalid()])
 
     (marker,) = page.thresholds
-    assert (marker["data-threshold"], marker["x1"], marker["x2"]) == ("0.85", "370", "370")
+    assert (marker["data-threshold"], marker["x1"], marker["x2"]) == ("0.85", "812", "812")
     assert page.threshold_labels == ["threshold 0.85"]
 
 
