@@ -31,10 +31,13 @@ NEXT_ARTIFACT: Final[dict[FindingName, str]] = {
 }
 
 
-def judgement_of(first: Attempt, policy: Policy | None) -> Judgement | None:
-    """The first attempt judged under `policy` (contracts.judging.judge_kept); None without
-    a policy: `explain` says the row is not decided."""
-    return None if policy is None else judge_kept(first, policy)
+def judgement_of(
+    first: Attempt, policy: Policy | None, baseline: Policy | None = None
+) -> Judgement | None:
+    """The first attempt judged under `policy`, and under `baseline` too when given
+    (contracts.judging.judge_kept: the release rule as `gate` decides it); None without a
+    policy: `explain` says the row is not decided."""
+    return None if policy is None else judge_kept(first, policy, baseline=baseline)
 
 
 def conflicting(history: History) -> int:
@@ -48,15 +51,19 @@ def explain(
     *,
     case_id: str | None = None,
     older: int = 0,
+    baseline: Policy | None = None,
 ) -> str:
     """The trail from the number to the artifact and its owner, one fact per line.
 
     `case_id`, `older`: it was looked up by case (`explain --case`), which has `older`
-    input hashes besides this, its newest.
+    input hashes besides this, its newest. `baseline`: the policy released before
+    (`--baseline-policy`): its status is said too, and a row that fails only because the
+    rule moved is owned by the release rule.
     """
     first = history.first
-    judgement = judgement_of(first, policy)
+    judgement = judgement_of(first, policy, baseline)
     decision = None if judgement is None else judgement.decision
+    before = None if judgement is None else judgement.baseline
     lines = [
         f"case: {_case_line(history)}",
         f"input hash: {history.input_hash}",
@@ -66,6 +73,7 @@ def explain(
         f"value: {'none (invalid)' if first.value is None else _number(first.value)}",
         f"reason: {first.reason}",
         f"status: {_status(first, decision, policy)}",
+        *([] if before is None else [f"baseline: {_status(first, before, baseline)}"]),
         f"owner: {_owner(first, judgement)}",
         *_findings(first, decision),
         f"attempts: {_attempts(history)}",
@@ -131,9 +139,30 @@ def _owner(first: Attempt, judgement: Judgement | None) -> str:
         return f"none until decided{recorded}"
     if judgement.decision.status != "fail":
         return "none (the row passes)"
-    if first.findings is None:
-        return "not known: recorded before findings were kept (score the message again)"
-    return judgement.triage.owner or "none"
+    owner = judgement.triage.owner
+    if owner is None:  # judge_kept(): a failed row kept before findings were has none
+        return (
+            "not known: recorded before findings were kept (score the message again)"
+            if first.findings is None
+            else "none"
+        )
+    return _release_rule(judgement) if owner == "release-rule" else owner
+
+
+def _release_rule(judgement: Judgement) -> str:
+    """The release rule's line names both thresholds: the one the row passed and the one it
+    fails, for the same value."""
+    before, now = judgement.baseline, judgement.decision
+    assert before is not None  # judge_kept() names the release rule only with a baseline
+    return (
+        f"release-rule (the same value passed policy {before.policy_version}'s threshold"
+        f" {_threshold(before)} and fails policy {now.policy_version}'s threshold"
+        f" {_threshold(now)}: the rule moved, not the row)"
+    )
+
+
+def _threshold(decision: Decision) -> str:
+    return "none" if decision.threshold is None else _number(decision.threshold)
 
 
 def _findings(first: Attempt, decision: Decision | None) -> list[str]:

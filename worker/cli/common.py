@@ -88,6 +88,18 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_baseline_policy_option(parser: argparse.ArgumentParser) -> None:
+    """--baseline-policy, for `gate` and `explain`: the release rule is named alike by both."""
+    parser.add_argument(
+        "--baseline-policy",
+        metavar="OLD.toml",
+        type=nonempty(Path, "name the baseline policy TOML file"),
+        help="also decide under this policy (e.g. the released one): a row that fails now "
+        "and passed under it is owned by release-rule; never changes the exit code "
+        "(default: no baseline)",
+    )
+
+
 def add_store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
@@ -234,6 +246,7 @@ class Tally:
     drifted: int = 0  # rows with contract_drift, alerted now or before
     gating_failures: int = 0
     gating_invalid: int = 0
+    alerts_drift: bool = True  # False for `gate`: it sees drift in its input, alerts nothing
 
     def add(self, status: str, *, blocking: bool | None, cache: str | None = None) -> None:
         self.statuses[status] += 1
@@ -266,9 +279,13 @@ class Tally:
         if self.alerts:
             parts.append(f"{self.alerts} nondeterminism alert{'s' * (self.alerts != 1)}")
         if self.drifted:
-            parts.append(
-                f"{self.drifted} row{'s' * (self.drifted != 1)} with contract drift"
+            alerted = (
                 f" ({self.drift_alerts} new alert{'s' * (self.drift_alerts != 1)})"
+                if self.alerts_drift
+                else ""
+            )
+            parts.append(
+                f"{self.drifted} row{'s' * (self.drifted != 1)} with contract drift{alerted}"
             )
         parts.append(f"policy {policy.version}" if policy else "report-only (no policy)")
         parts += notes

@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import (
     Tally,
+    add_baseline_policy_option,
     add_path,
     add_policy_options,
     describe,
     dumps_line,
-    nonempty,
     resolve_policy,
     source_name,
 )
@@ -25,6 +24,7 @@ from worker.settings import Settings
 
 if TYPE_CHECKING:
     from contracts import AttributionResult, Policy, ReleaseRow
+    from contracts.drift import FirstRequiredSets
 
 DEFAULT_MAX_BYTES = Settings.model_fields["max_message_bytes"].default
 
@@ -47,17 +47,12 @@ def register(commands: Any) -> None:
     )
     add_path(parser)
     add_policy_options(parser)
-    parser.add_argument(
-        "--baseline-policy",
-        metavar="OLD.toml",
-        type=nonempty(Path, "name the baseline policy TOML file"),
-        help="also decide each row under this policy (e.g. the released one) and mark the rows "
-        "whose status changed; never changes the exit code (default: no baseline)",
-    )
+    add_baseline_policy_option(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from contracts.drift import FirstRequiredSets
     from worker.settings import read_policy_file
 
     policy = resolve_policy(args, settings, required=True)
@@ -65,14 +60,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     baseline = None if args.baseline_policy is None else read_policy_file(args.baseline_policy)
     source = JsonLines(args.path)
     progress = over_input("gate", source)
-    tally = Tally()
+    tally = Tally(alerts_drift=False)
+    firsts = FirstRequiredSets()
     changed = 0
     for number, body in source:
         row = gate_row(
-            number, body, policy, baseline=baseline, max_bytes=settings.max_message_bytes
+            number,
+            body,
+            policy,
+            baseline=baseline,
+            max_bytes=settings.max_message_bytes,
+            firsts=firsts,
         )
         print(dumps_line(row))
         tally.add(row["status"], blocking=row["blocking"])
+        tally.drifted += row["contract_drift"]
         changed += "policy_change" in row
         progress.tick()
     progress.finish()
@@ -93,10 +95,13 @@ def gate_row(
     *,
     baseline: Policy | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    firsts: FirstRequiredSets | None = None,
 ) -> dict[str, Any]:
     """One gate line: a triaged decision for a valid row, or an invalid row naming what is
-    wrong; with a baseline, the change of status it makes."""
-    from contracts.judging import judge
+    wrong; with a baseline, the change of status it makes. `firsts`: the first required set
+    per (contract version, case ID) of the rows before it, which a row with another set
+    drifted from, as the store would have it (SPEC §9: owner evaluation-data, exit 2)."""
+    from contracts.judging import judge, outcome_of
     from contracts.triage import findings_json
     from worker.pipeline.intake import case_id_of
 
@@ -104,7 +109,15 @@ def gate_row(
         row = _parse(body, max_bytes)
     except InputError as error:
         return _unreadable(number, case_id_of(body), str(error), policy)
-    _, decision, found, before = judge(row, policy, baseline=baseline)
+    outcome = outcome_of(row)
+    drift = None
+    if firsts is not None and outcome.value is not None and row.contract_version is not None:
+        drift = firsts.check(
+            (row.contract_version, row.case_id), row.required_claim_ids, line=number
+        )
+    _, decision, found, before = judge(
+        row, policy, outcome=outcome, baseline=baseline, contract_drift=drift is not None
+    )
     fields = decision.model_dump(mode="json")
     line = {
         "line": number,
@@ -114,8 +127,10 @@ def gate_row(
         "score": fields["value"],
         "missing_claim_ids": found.missing_claim_ids,
         "findings": findings_json(found.findings),
-        "contract_drift": False,
+        "contract_drift": drift is not None,
     }
+    if drift is not None:
+        line["drift"] = drift.as_json()
     if before is not None and before.status != decision.status:
         line["policy_change"] = {
             "baseline_version": before.policy_version,
