@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from contracts.drift import Drift
+from contracts.records import ContractDriftAlert
 from worker.audit.explain import conflicting, explain, judgement_of
 from worker.cli.common import (
     add_baseline_policy_option,
@@ -54,7 +56,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.case is not None and not store.hashes_for_case(args.case, limit=1):
             return _rejected(store, args.case)
         history, older = _look_up(store, args)
-    sys.stdout.write(explain(history, policy, case_id=args.case, older=older, baseline=baseline))
+        drift = _drift_of(store, history) if history.first.contract_drift else None
+    sys.stdout.write(
+        explain(history, policy, case_id=args.case, older=older, baseline=baseline, drift=drift)
+    )
     first = history.first
     judgement = judgement_of(first, policy)
     decision = None if judgement is None else judgement.decision
@@ -76,6 +81,26 @@ def _rejected(store: ResultStore, case_id: str) -> int:
         raise no_hash_for_case(case_id)
     sys.stdout.write(rejected_text(case_id, *found))
     return INVALID
+
+
+def _drift_of(store: ResultStore, history: History) -> Drift | None:
+    """The drifted first attempt's drift, from its alert: raised once per (contract version,
+    case ID, required set), so the alert of another hash with the same set tells it too.
+    None when the bounded alert stream has let it go."""
+    from contracts.drift import drift_from
+
+    first = history.first
+    required = sorted(first.required_claim_ids)
+    for alert in reversed(store.alerts(store.alert_count(), kind="contract_drift")):
+        if (
+            isinstance(alert, ContractDriftAlert)
+            and (alert.case_id, alert.contract_version) == (first.case_id, first.contract_version)
+            and sorted(alert.required_claim_ids) == required
+        ):
+            return drift_from(
+                alert.first_required_claim_ids, required, first_input_hash=alert.first_input_hash
+            )
+    return None
 
 
 def _look_up(store: ResultStore, args: argparse.Namespace) -> tuple[History, int]:
