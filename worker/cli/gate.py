@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import (
@@ -12,8 +13,10 @@ from worker.cli.common import (
     add_baseline_policy_option,
     add_path,
     add_policy_options,
+    add_store_option,
     describe,
     dumps_line,
+    existing_store,
     resolve_policy,
     source_name,
 )
@@ -24,7 +27,9 @@ from worker.settings import Settings
 
 if TYPE_CHECKING:
     from contracts import AttributionResult, Policy, ReleaseRow
-    from contracts.drift import FirstRequiredSets
+    from contracts.drift import Drift
+    from worker.stores import ResultStore
+    from worker.stores.base import FirstRequired
 
 DEFAULT_MAX_BYTES = Settings.model_fields["max_message_bytes"].default
 
@@ -42,17 +47,19 @@ def register(commands: Any) -> None:
             "Non-blocking rows are reported and never change the exit code. Needs a policy. "
             "--baseline-policy decides each row under the previous policy too: a row whose "
             "status changed carries policy_change, and a row that fails only because the rule "
-            "moved is owned by release-rule.",
+            "moved is owned by release-rule. A row whose required claims differ from the "
+            "first row's of its contract version and case drifted (owner evaluation-data, "
+            "exit 2); with --store, the store's first set is that first row's.",
         ),
     )
     add_path(parser)
     add_policy_options(parser)
     add_baseline_policy_option(parser)
+    add_store_option(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from contracts.drift import FirstRequiredSets
     from worker.settings import read_policy_file
 
     policy = resolve_policy(args, settings, required=True)
@@ -61,22 +68,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     source = JsonLines(args.path)
     progress = over_input("gate", source)
     tally = Tally(alerts_drift=False)
-    firsts = FirstRequiredSets()
     changed = 0
-    for number, body in source:
-        row = gate_row(
-            number,
-            body,
-            policy,
-            baseline=baseline,
-            max_bytes=settings.max_message_bytes,
-            firsts=firsts,
-        )
-        print(dumps_line(row))
-        tally.add(row["status"], blocking=row["blocking"])
-        tally.drifted += row["contract_drift"]
-        changed += "policy_change" in row
-        progress.tick()
+    with existing_store(args, settings) if args.store else nullcontext() as store:
+        firsts = FirstSets(store)
+        for number, body in source:
+            row = gate_row(
+                number,
+                body,
+                policy,
+                baseline=baseline,
+                max_bytes=settings.max_message_bytes,
+                firsts=firsts,
+            )
+            print(dumps_line(row))
+            tally.add(row["status"], blocking=row["blocking"])
+            tally.drifted += row["contract_drift"]
+            changed += "policy_change" in row
+            progress.tick()
     progress.finish()
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no rows")
@@ -95,7 +103,7 @@ def gate_row(
     *,
     baseline: Policy | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
-    firsts: FirstRequiredSets | None = None,
+    firsts: FirstSets | None = None,
 ) -> dict[str, Any]:
     """One gate line: a triaged decision for a valid row, or an invalid row naming what is
     wrong; with a baseline, the change of status it makes. `firsts`: the first required set
@@ -112,9 +120,7 @@ def gate_row(
     outcome = outcome_of(row)
     drift = None
     if firsts is not None and outcome.value is not None and row.contract_version is not None:
-        drift = firsts.check(
-            (row.contract_version, row.case_id), row.required_claim_ids, line=number
-        )
+        drift = firsts.drift((row.contract_version, row.case_id), row.required_claim_ids, number)
     _, decision, found, before = judge(
         row, policy, outcome=outcome, baseline=baseline, contract_drift=drift is not None
     )
@@ -138,6 +144,32 @@ def gate_row(
             "baseline_threshold": before.threshold,
         }
     return line
+
+
+class FirstSets:
+    """The first required set per (contract version, case ID) a row is compared with: the
+    store's when `--store` keeps one for the pair (read once per pair), else the first of
+    gate's own input, so gate sees drift as the store would record it."""
+
+    def __init__(self, store: ResultStore | None = None) -> None:
+        from contracts.drift import FirstRequiredSets
+
+        self._store = store
+        self._stored: dict[tuple[str, str], FirstRequired | None] = {}
+        self._input = FirstRequiredSets()
+
+    def drift(self, pair: tuple[str, str], required: list[str], line: int) -> Drift | None:
+        from contracts.drift import drift_from
+
+        if self._store is not None:
+            if pair not in self._stored:
+                self._stored[pair] = self._store.first_required(*pair)
+            first = self._stored[pair]
+            if first is not None:
+                return drift_from(
+                    first.required_claim_ids, required, first_input_hash=first.input_hash
+                )
+        return self._input.check(pair, required, line=line)
 
 
 def _parse(body: bytes, max_bytes: int) -> ReleaseRow | AttributionResult:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from contracts import AttributionResult, input_hash
 from tests.conftest import EXAMPLES
 from tests.unit.cli.factories import EXAMPLE_POLICY
 from worker.cli import main
@@ -642,3 +643,46 @@ def test_rows_of_another_pair_or_invalid_ones_never_drift(
 
     assert [r["contract_drift"] for r in run.rows] == [False, False]
     assert "drift" not in run.rows[1]
+
+
+def test_with_a_store_a_row_drifts_from_the_stores_first_set(
+    gate: Callable[..., Run],
+    cli: Callable[..., Any],
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """The store's first set for the pair wins over gate's own first row: both later rows
+    drifted from it, named by its input hash, as `score` would record them."""
+    store = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    scored = message_dict()  # refund-001 under support-faq/2026-10, three required claims
+    assert cli("score", write_jsonl([scored]), "--store", store).code == 0
+    first_hash = input_hash(AttributionResult.model_validate(scored))
+    fewer = row(
+        case_id="refund-001",
+        contract_version="support-faq/2026-10",
+        required_claim_ids=["refund-window", "refund-method"],
+        supported_claim_ids=["refund-window", "refund-method"],
+    )
+
+    run = gate(write_jsonl([fewer, fewer]), "--policy", EXAMPLE_POLICY, "--store", store)
+
+    assert [(r["owner"], r["contract_drift"]) for r in run.rows] == [("evaluation-data", True)] * 2
+    assert run.rows[0]["drift"] == {
+        "first_required_claim_ids": ["refund-method", "refund-window", "support-channel"],
+        "first_input_hash": first_hash,
+        "added_claim_ids": [],
+        "removed_claim_ids": ["support-channel"],
+    }
+    assert run.code == 2
+
+
+def test_gate_with_a_store_that_does_not_exist_is_one_line_and_exit_2(
+    gate: Callable[..., Run], write_jsonl: Callable[..., Path], tmp_path: Path
+) -> None:
+    run = gate(
+        write_jsonl([row()]), "--policy", EXAMPLE_POLICY, "--store", f"sqlite:///{tmp_path}/no.db"
+    )
+
+    assert (run.code, run.out) == (2, "")
+    assert len(run.err.splitlines()) == 1, run.err
