@@ -43,12 +43,15 @@ def judge(
     *,
     outcome: Outcome | None = None,
     baseline: Policy | None = None,
+    contract_drift: bool = False,
 ) -> Judgement:
     """Score a row, decide it under `policy` (None: report-only) and triage it.
 
     `outcome`: decide this one instead of scoring the row (a repeated input's first outcome
     stands). `baseline`: decide the row under it too; a row that fails now and passed under
-    the baseline (the same value) is the release rule's. An AttributionResult is triaged
+    the baseline (the same value) is the release rule's (moved_by_rule()). `contract_drift`:
+    the caller saw another required set for the row's (contract version, case ID) (the
+    store, or `gate` within its input: contracts.drift). An AttributionResult is triaged
     from its contexts and citations, a ReleaseRow from its claim lists alone.
     """
     if outcome is None:
@@ -61,7 +64,6 @@ def judge(
         contract_version=row.contract_version,
     )
     before = None
-    release_rule = False
     if baseline is not None:
         before = decide(
             outcome,
@@ -70,19 +72,35 @@ def judge(
             blocking=row.blocking,
             contract_version=row.contract_version,
         )
-        # Same value, the rule moved: a failure that the baseline passed is the rule's.
-        release_rule = decision.status == "fail" and before.status == "pass"
+    release_rule = moved_by_rule(decision, before)
     if isinstance(row, AttributionResult):
-        found = triage(row, decision, release_rule=release_rule)
+        found = triage(row, decision, contract_drift=contract_drift, release_rule=release_rule)
     else:
         found = release_row_triage(
-            row.required_claim_ids, row.supported_claim_ids, decision, release_rule=release_rule
+            row.required_claim_ids,
+            row.supported_claim_ids,
+            decision,
+            contract_drift=contract_drift,
+            release_rule=release_rule,
         )
     return Judgement(outcome, decision, found, before)
 
 
-def judge_kept(attempt: Attempt, policy: Policy | None) -> Judgement:
+def moved_by_rule(decision: Decision, before: Decision | None) -> bool:
+    """Whether a row fails only because the rule moved: it fails under the current policy and
+    passed under the baseline (`before`, None without one) with the same value. `gate` and
+    `explain --baseline-policy` both ask this, so both name the release rule alike."""
+    return before is not None and decision.status == "fail" and before.status == "pass"
+
+
+def judge_kept(
+    attempt: Attempt, policy: Policy | None, *, baseline: Policy | None = None
+) -> Judgement:
     """A kept attempt's outcome decided under `policy`, with the triage it kept.
+
+    `baseline`: decide it under that policy too, as judge() does (`explain
+    --baseline-policy`): a failure the baseline passed is the release rule's, unless its
+    contract drifted (row_owner()'s precedence).
 
     Its answer and contexts are not kept, so it is not triaged again: its findings are the
     ones recorded with it, and the owner is what they say under this decision (its contract
@@ -100,13 +118,31 @@ def judge_kept(attempt: Attempt, policy: Policy | None) -> Judgement:
         blocking=True,
         contract_version=attempt.contract_version,
     )
+    before = None
+    if baseline is not None:
+        before = decide(
+            outcome,
+            baseline,
+            policy_group=attempt.policy_group or DEFAULT_GROUP,
+            blocking=True,
+            contract_version=attempt.contract_version,
+        )
     findings = attempt.findings
     if decision.status == "invalid":  # as triage() has it: nothing to triage
-        return Judgement(outcome, decision, Triage(None, [], "evaluation-data"))
-    if findings is None and decision.status == "fail" and not attempt.contract_drift:
+        return Judgement(outcome, decision, Triage(None, [], "evaluation-data"), before)
+    release_rule = moved_by_rule(decision, before)
+    if (
+        findings is None
+        and decision.status == "fail"
+        and not (attempt.contract_drift or release_rule)
+    ):
         owner = None  # triage's findings decide a failed row's owner, and none were kept
     else:
         owner = row_owner(
-            decision, findings or [], contract_drift=attempt.contract_drift, release_rule=False
+            decision,
+            findings or [],
+            contract_drift=attempt.contract_drift,
+            release_rule=release_rule,
         )
-    return Judgement(outcome, decision, Triage(attempt.missing_claim_ids, findings or [], owner))
+    triaged = Triage(attempt.missing_claim_ids, findings or [], owner)
+    return Judgement(outcome, decision, triaged, before)

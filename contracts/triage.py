@@ -102,6 +102,7 @@ def release_row_triage(
     supported_claim_ids: Sequence[str],
     decision: Decision,
     *,
+    contract_drift: bool = False,
     release_rule: bool = False,
 ) -> Triage:
     """A ReleaseRow's triage: it carries no contexts or citations, so no findings, and a row
@@ -111,7 +112,7 @@ def release_row_triage(
     return Triage(
         missing_claim_ids=sorted(_claims(required_claim_ids) - _claims(supported_claim_ids)),
         findings=[],
-        owner=row_owner(decision, [], contract_drift=False, release_rule=release_rule),
+        owner=row_owner(decision, [], contract_drift=contract_drift, release_rule=release_rule),
     )
 
 

@@ -237,7 +237,8 @@ def test_worker_on_redis_names_each_rows_owner(
 
 def test_gate_with_the_baseline_policy_names_the_release_rule() -> None:
     """Only threshold-moved-109 changes status between the two example policies: 0.8 passed
-    2026-11-01's 0.75 and fails 2026-12-01's 0.85, so its owner is the release rule."""
+    2026-11-01's 0.75 and fails 2026-12-01's 0.85, so its owner is the release rule; every
+    other row has score's owner and findings."""
     run = console("gate", ROWS, "--policy", POLICY, "--baseline-policy", BASELINE)
 
     lines = [json.loads(line) for line in run.stdout.splitlines()]
@@ -257,7 +258,15 @@ def test_gate_with_the_baseline_policy_names_the_release_rule() -> None:
             },
         )
     ]
-    assert run.returncode == 1
+    # gate and score name the same owner and findings for every row (the drift seen within
+    # gate's input); only the moved threshold's owner is the release rule's, with a baseline.
+    moved = {"threshold-moved-109": "release-rule"}
+    assert triaged(lines) == [
+        (case, status, moved.get(case, owner), drift, found)
+        for case, status, owner, drift, found in EXPECTED
+    ]
+    assert run.returncode == 2  # contract drift, as score exits for it
     assert run.stderr.endswith(
-        "1 row changed status against baseline policy 2026-11-01; exit 1\n"
+        "1 row with contract drift; policy 2026-12-01; "
+        "1 row changed status against baseline policy 2026-11-01; exit 2\n"
     ), run.stderr

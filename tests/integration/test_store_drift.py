@@ -216,3 +216,13 @@ def test_drift_starts_over_when_the_kept_set_expires(make_drift_store: StoreFact
         recorded = store.record("b" * 64, judged(2, FIVE), now=FIXED_NOW + timedelta(minutes=2))
 
     assert (recorded.contract_drift, recorded.drift) == (False, None)
+
+
+def test_the_first_required_set_is_read_back_with_its_hash(drift_store: ResultStore) -> None:
+    """`gate --store` compares with it: the first valid set stays after a drift from it."""
+    drift_store.record("a" * 64, judged(1, THREE), now=FIXED_NOW)
+    drift_store.record("b" * 64, judged(2, FIVE), now=LATER)
+
+    assert drift_store.first_required(VERSION, "refund-001") == (sorted(THREE), "a" * 64)
+    assert drift_store.first_required(VERSION, "refund-002") is None
+    assert drift_store.first_required("support-faq/2026-11", "refund-001") is None

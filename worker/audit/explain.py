@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from contracts import Attempt, Decision, Policy
+from contracts.drift import Drift
 from contracts.judging import Judgement, judge_kept
 from contracts.records import KeptCitation
 from contracts.triage import Finding, FindingName
@@ -31,10 +32,13 @@ NEXT_ARTIFACT: Final[dict[FindingName, str]] = {
 }
 
 
-def judgement_of(first: Attempt, policy: Policy | None) -> Judgement | None:
-    """The first attempt judged under `policy` (contracts.judging.judge_kept); None without
-    a policy: `explain` says the row is not decided."""
-    return None if policy is None else judge_kept(first, policy)
+def judgement_of(
+    first: Attempt, policy: Policy | None, baseline: Policy | None = None
+) -> Judgement | None:
+    """The first attempt judged under `policy`, and under `baseline` too when given
+    (contracts.judging.judge_kept: the release rule as `gate` decides it); None without a
+    policy: `explain` says the row is not decided."""
+    return None if policy is None else judge_kept(first, policy, baseline=baseline)
 
 
 def conflicting(history: History) -> int:
@@ -48,15 +52,22 @@ def explain(
     *,
     case_id: str | None = None,
     older: int = 0,
+    baseline: Policy | None = None,
+    drift: Drift | None = None,
 ) -> str:
     """The trail from the number to the artifact and its owner, one fact per line.
 
     `case_id`, `older`: it was looked up by case (`explain --case`), which has `older`
-    input hashes besides this, its newest.
+    input hashes besides this, its newest. `baseline`: the policy released before
+    (`--baseline-policy`): its status is said too, and a row that fails only because the
+    rule moved is owned by the release rule. `drift`: the first attempt's contract drift,
+    as its alert tells it (None when the row did not drift, or its alert is gone): the claims
+    it added are said to be the drift's, not the answer's.
     """
     first = history.first
-    judgement = judgement_of(first, policy)
+    judgement = judgement_of(first, policy, baseline)
     decision = None if judgement is None else judgement.decision
+    before = None if judgement is None else judgement.baseline
     lines = [
         f"case: {_case_line(history)}",
         f"input hash: {history.input_hash}",
@@ -66,8 +77,10 @@ def explain(
         f"value: {'none (invalid)' if first.value is None else _number(first.value)}",
         f"reason: {first.reason}",
         f"status: {_status(first, decision, policy)}",
+        *([] if before is None else [f"baseline: {_status(first, before, baseline)}"]),
         f"owner: {_owner(first, judgement)}",
-        *_findings(first, decision),
+        *_drift(first, history.input_hash, drift),
+        *_findings(first, decision, drift),
         f"attempts: {_attempts(history)}",
     ]
     if case_id is not None and older:
@@ -131,12 +144,50 @@ def _owner(first: Attempt, judgement: Judgement | None) -> str:
         return f"none until decided{recorded}"
     if judgement.decision.status != "fail":
         return "none (the row passes)"
-    if first.findings is None:
-        return "not known: recorded before findings were kept (score the message again)"
-    return judgement.triage.owner or "none"
+    owner = judgement.triage.owner
+    if owner is None:  # judge_kept(): a failed row kept before findings were has none
+        return (
+            "not known: recorded before findings were kept (score the message again)"
+            if first.findings is None
+            else "none"
+        )
+    return _release_rule(judgement) if owner == "release-rule" else owner
 
 
-def _findings(first: Attempt, decision: Decision | None) -> list[str]:
+def _release_rule(judgement: Judgement) -> str:
+    """The release rule's line names both thresholds: the one the row passed and the one it
+    fails, for the same value."""
+    before, now = judgement.baseline, judgement.decision
+    assert before is not None  # judge_kept() names the release rule only with a baseline
+    return (
+        f"release-rule (the same value passed policy {before.policy_version}'s threshold"
+        f" {_threshold(before)} and fails policy {now.policy_version}'s threshold"
+        f" {_threshold(now)}: the rule moved, not the row)"
+    )
+
+
+def _threshold(decision: Decision) -> str:
+    return "none" if decision.threshold is None else _number(decision.threshold)
+
+
+def _drift(first: Attempt, input_hash: str, drift: Drift | None) -> list[str]:
+    """A drifted row's line: the two required sets, both input hashes, what changed."""
+    if not first.contract_drift:
+        return []
+    if drift is None:
+        return [
+            "contract drift: its alert is no longer kept, so the first required set is not"
+            " known here (evidence-worker show --case lists the case's hashes)"
+        ]
+    return [
+        f"contract drift: first required set {_listed(drift.first_required_claim_ids)}"
+        f" (input hash {drift.first_input_hash}), this row's"
+        f" {_listed(sorted(first.required_claim_ids))} (input hash {input_hash}):"
+        f" added {_listed(drift.added_claim_ids)}; removed {_listed(drift.removed_claim_ids)}"
+    ]
+
+
+def _findings(first: Attempt, decision: Decision | None, drift: Drift | None) -> list[str]:
     if first.value is None or (decision is not None and decision.status == "invalid"):
         return ["findings: none (an invalid row is not triaged)"]
     if first.findings is None:
@@ -152,11 +203,25 @@ def _findings(first: Attempt, decision: Decision | None) -> list[str]:
     count = len(first.missing_claim_ids or ())
     missing, beside = first.findings[:count], first.findings[count:]
     lines = [f"missing claims: {len(missing) or 'none'}"]
-    lines += [f"  {_finding_line(f, first)}" for f in missing]
+    added = set() if drift is None else set(drift.added_claim_ids)
+    lines += [
+        f"  {_added_line(f.claim_id, first) if f.claim_id in added else _finding_line(f, first)}"
+        for f in missing
+    ]
     if beside:
         lines.append(f"other findings: {len(beside)}")
         lines += [f"  {_finding_line(f, first)}" for f in beside]
     return lines
+
+
+def _added_line(claim: str, first: Attempt) -> str:
+    """A missing claim the drift added: the required set moved under it, so the answer that
+    does not cite it is not the first thing to open."""
+    return (
+        f"{claim}: added to the required set of contract version {first.contract_version}"
+        " without a new version (contract drift): check the contract's required claims"
+        " (evaluation data), or version the contract"
+    )
 
 
 def _finding_line(finding: Finding, first: Attempt) -> str:

@@ -89,6 +89,18 @@ def add_policy_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_baseline_policy_option(parser: argparse.ArgumentParser) -> None:
+    """--baseline-policy, for `gate` and `explain`: the release rule is named alike by both."""
+    parser.add_argument(
+        "--baseline-policy",
+        metavar="OLD.toml",
+        type=nonempty(Path, "name the baseline policy TOML file"),
+        help="also decide under this policy (e.g. the released one): a row that fails now "
+        "and passed under it is owned by release-rule; never changes the exit code "
+        "(default: no baseline)",
+    )
+
+
 def add_store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
@@ -235,6 +247,7 @@ class Tally:
     drifted: int = 0  # rows with contract_drift, alerted now or before
     gating_failures: int = 0
     gating_invalid: int = 0
+    alerts_drift: bool = True  # False for `gate`: it sees drift in its input, alerts nothing
 
     def add(self, status: str, *, blocking: bool | None, cache: str | None = None) -> None:
         self.statuses[status] += 1
@@ -267,10 +280,8 @@ class Tally:
         if self.alerts:
             parts.append(counted(self.alerts, "nondeterminism alert"))
         if self.drifted:
-            parts.append(
-                f"{counted(self.drifted, 'row')} with contract drift"
-                f" ({counted(self.drift_alerts, 'new alert')})"
-            )
+            alerted = f" ({counted(self.drift_alerts, 'new alert')})" if self.alerts_drift else ""
+            parts.append(f"{counted(self.drifted, 'row')} with contract drift{alerted}")
         parts.append(f"policy {policy.version}" if policy else "report-only (no policy)")
         parts += notes
         parts.append(f"exit {self.exit_code}")

@@ -6,8 +6,16 @@ import argparse
 import sys
 from typing import Any
 
+from contracts.drift import Drift
+from contracts.records import ContractDriftAlert
 from worker.audit.explain import conflicting, explain, judgement_of
-from worker.cli.common import add_policy_options, describe, existing_store, resolve_policy
+from worker.cli.common import (
+    add_baseline_policy_option,
+    add_policy_options,
+    describe,
+    existing_store,
+    resolve_policy,
+)
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.cli.show import add_lookup_arguments, no_hash_for_case, unknown_hash
 from worker.settings import Settings
@@ -26,6 +34,8 @@ def register(commands: Any) -> None:
             "environment's; without one the row is not decided), the owner, and per missing "
             "claim its finding and the artifact to open next. A case only ever rejected is "
             "explained from its dead letter: when, why and the letter's id (exit 2). "
+            "--baseline-policy decides it under the previous policy too, as gate does: a row "
+            "that fails only because the rule moved is owned by release-rule. "
             "Exit 0, or as for the row: 1 "
             "when it fails the policy, 2 when it is invalid or its contract drifted, 3 when "
             "its kept attempts disagree (the highest applies).",
@@ -33,16 +43,23 @@ def register(commands: Any) -> None:
     )
     add_lookup_arguments(parser)
     add_policy_options(parser)
+    add_baseline_policy_option(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.settings import read_policy_file
+
     policy = resolve_policy(args, settings, required=False)
+    baseline = None if args.baseline_policy is None else read_policy_file(args.baseline_policy)
     with existing_store(args, settings) as store:
         if args.case is not None and not store.hashes_for_case(args.case, limit=1):
             return _rejected(store, args.case)
         history, older = _look_up(store, args)
-    sys.stdout.write(explain(history, policy, case_id=args.case, older=older))
+        drift = _drift_of(store, history) if history.first.contract_drift else None
+    sys.stdout.write(
+        explain(history, policy, case_id=args.case, older=older, baseline=baseline, drift=drift)
+    )
     first = history.first
     judgement = judgement_of(first, policy)
     decision = None if judgement is None else judgement.decision
@@ -64,6 +81,26 @@ def _rejected(store: ResultStore, case_id: str) -> int:
         raise no_hash_for_case(case_id)
     sys.stdout.write(rejected_text(case_id, *found))
     return INVALID
+
+
+def _drift_of(store: ResultStore, history: History) -> Drift | None:
+    """The drifted first attempt's drift, from its alert: raised once per (contract version,
+    case ID, required set), so the alert of another hash with the same set tells it too.
+    None when the bounded alert stream has let it go."""
+    from contracts.drift import drift_from
+
+    first = history.first
+    required = sorted(first.required_claim_ids)
+    for alert in reversed(store.alerts(store.alert_count(), kind="contract_drift")):
+        if (
+            isinstance(alert, ContractDriftAlert)
+            and (alert.case_id, alert.contract_version) == (first.case_id, first.contract_version)
+            and sorted(alert.required_claim_ids) == required
+        ):
+            return drift_from(
+                alert.first_required_claim_ids, required, first_input_hash=alert.first_input_hash
+            )
+    return None
 
 
 def _look_up(store: ResultStore, args: argparse.Namespace) -> tuple[History, int]:

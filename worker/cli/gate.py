@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import (
     Tally,
+    add_baseline_policy_option,
     add_path,
     add_policy_options,
+    add_store_option,
     describe,
     dumps_line,
-    nonempty,
+    existing_store,
     resolve_policy,
     source_name,
 )
@@ -26,6 +28,9 @@ from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts import AttributionResult, Policy, ReleaseRow
+    from contracts.drift import Drift
+    from worker.stores import ResultStore
+    from worker.stores.base import FirstRequired
 
 DEFAULT_MAX_BYTES = Settings.model_fields["max_message_bytes"].default
 
@@ -43,18 +48,15 @@ def register(commands: Any) -> None:
             "Non-blocking rows are reported and never change the exit code. Needs a policy. "
             "--baseline-policy decides each row under the previous policy too: a row whose "
             "status changed carries policy_change, and a row that fails only because the rule "
-            "moved is owned by release-rule.",
+            "moved is owned by release-rule. A row whose required claims differ from the "
+            "first row's of its contract version and case drifted (owner evaluation-data, "
+            "exit 2); with --store, the store's first set is that first row's.",
         ),
     )
     add_path(parser)
     add_policy_options(parser)
-    parser.add_argument(
-        "--baseline-policy",
-        metavar="OLD.toml",
-        type=nonempty(Path, "name the baseline policy TOML file"),
-        help="also decide each row under this policy (e.g. the released one) and mark the rows "
-        "whose status changed; never changes the exit code (default: no baseline)",
-    )
+    add_baseline_policy_option(parser)
+    add_store_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -66,16 +68,24 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     baseline = None if args.baseline_policy is None else read_policy_file(args.baseline_policy)
     source = JsonLines(args.path)
     progress = over_input("gate", source)
-    tally = Tally()
+    tally = Tally(alerts_drift=False)
     changed = 0
-    for number, body in source:
-        row = gate_row(
-            number, body, policy, baseline=baseline, max_bytes=settings.max_message_bytes
-        )
-        print(dumps_line(row))
-        tally.add(row["status"], blocking=row["blocking"])
-        changed += "policy_change" in row
-        progress.tick()
+    with existing_store(args, settings) if args.store else nullcontext() as store:
+        firsts = FirstSets(store)
+        for number, body in source:
+            row = gate_row(
+                number,
+                body,
+                policy,
+                baseline=baseline,
+                max_bytes=settings.max_message_bytes,
+                firsts=firsts,
+            )
+            print(dumps_line(row))
+            tally.add(row["status"], blocking=row["blocking"])
+            tally.drifted += row["contract_drift"]
+            changed += "policy_change" in row
+            progress.tick()
     progress.finish()
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no rows")
@@ -95,10 +105,13 @@ def gate_row(
     *,
     baseline: Policy | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    firsts: FirstSets | None = None,
 ) -> dict[str, Any]:
     """One gate line: a triaged decision for a valid row, or an invalid row naming what is
-    wrong; with a baseline, the change of status it makes."""
-    from contracts.judging import judge
+    wrong; with a baseline, the change of status it makes. `firsts`: the first required set
+    per (contract version, case ID) of the rows before it, which a row with another set
+    drifted from, as the store would have it (SPEC §9: owner evaluation-data, exit 2)."""
+    from contracts.judging import judge, outcome_of
     from contracts.triage import findings_json
     from worker.pipeline.intake import case_id_of
 
@@ -106,7 +119,13 @@ def gate_row(
         row = _parse(body, max_bytes)
     except InputError as error:
         return _unreadable(number, case_id_of(body), str(error), policy)
-    _, decision, found, before = judge(row, policy, baseline=baseline)
+    outcome = outcome_of(row)
+    drift = None
+    if firsts is not None and outcome.value is not None and row.contract_version is not None:
+        drift = firsts.drift((row.contract_version, row.case_id), row.required_claim_ids, number)
+    _, decision, found, before = judge(
+        row, policy, outcome=outcome, baseline=baseline, contract_drift=drift is not None
+    )
     fields = decision.model_dump(mode="json")
     line = {
         "line": number,
@@ -116,8 +135,10 @@ def gate_row(
         "score": fields["value"],
         "missing_claim_ids": found.missing_claim_ids,
         "findings": findings_json(found.findings),
-        "contract_drift": False,
+        "contract_drift": drift is not None,
     }
+    if drift is not None:
+        line["drift"] = drift.as_json()
     if before is not None and before.status != decision.status:
         line["policy_change"] = {
             "baseline_version": before.policy_version,
@@ -125,6 +146,32 @@ def gate_row(
             "baseline_threshold": before.threshold,
         }
     return line
+
+
+class FirstSets:
+    """The first required set per (contract version, case ID) a row is compared with: the
+    store's when `--store` keeps one for the pair (read once per pair), else the first of
+    gate's own input, so gate sees drift as the store would record it."""
+
+    def __init__(self, store: ResultStore | None = None) -> None:
+        from contracts.drift import FirstRequiredSets
+
+        self._store = store
+        self._stored: dict[tuple[str, str], FirstRequired | None] = {}
+        self._input = FirstRequiredSets()
+
+    def drift(self, pair: tuple[str, str], required: list[str], line: int) -> Drift | None:
+        from contracts.drift import drift_from
+
+        if self._store is not None:
+            if pair not in self._stored:
+                self._stored[pair] = self._store.first_required(*pair)
+            first = self._stored[pair]
+            if first is not None:
+                return drift_from(
+                    first.required_claim_ids, required, first_input_hash=first.input_hash
+                )
+        return self._input.check(pair, required, line=line)
 
 
 def _parse(body: bytes, max_bytes: int) -> ReleaseRow | AttributionResult:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -166,6 +166,13 @@ def newest_since(
     return found
 
 
+class FirstRequired(NamedTuple):
+    """A (contract version, case ID)'s first required set as a store keeps it."""
+
+    required_claim_ids: list[str]
+    input_hash: str
+
+
 def outcome_json(attempt: Attempt) -> str:
     """The definition of "same outcome": two attempts agree exactly when these strings are equal.
 
@@ -261,6 +268,12 @@ class OutcomeStore(Protocol):
         """Every stored (input hash, first attempt) whose recorded_ms() is at or after `since`
         and before `until` (either None: no bound), oldest first, ties by input hash; read as
         the caller goes, in memory bounded whatever the number of outcomes (`records`)."""
+        ...
+
+    def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
+        """The first required set kept for this (contract version, case ID), which a later
+        valid attempt with another set drifted from (SPEC §9), sorted, with its input hash;
+        None when none is kept (never recorded, or expired). `gate --store` compares with it."""
         ...
 
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:

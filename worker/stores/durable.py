@@ -22,7 +22,14 @@ from typing import Any, TypeVar
 from contracts import Attempt
 from contracts.records import AnyAlert
 from worker.errors import TransientError
-from worker.stores.base import DeadLetter, History, Recorded, RecordOne, ResultStore
+from worker.stores.base import (
+    DeadLetter,
+    FirstRequired,
+    History,
+    Recorded,
+    RecordOne,
+    ResultStore,
+)
 from worker.stores.ledger import LedgerEntry
 
 T = TypeVar("T")
@@ -126,6 +133,9 @@ class DurableStore(RecordOne):
 
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         return self.inner.hashes_for_case(case_id, limit)
+
+    def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
+        return self.inner.first_required(contract_version, case_id)
 
     def alerts(self, *args: Any, **kwargs: Any) -> list[AnyAlert]:
         return self.inner.alerts(*args, **kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar, cast
@@ -29,6 +30,7 @@ from worker.stores.attempts import DRIFTED_TAIL, Expander, drifted, script_args,
 from worker.stores.base import (
     ALERT_CLOCK_MARGIN,
     DeadLetter,
+    FirstRequired,
     History,
     Recorded,
     RecordOne,
@@ -632,6 +634,17 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
             total_attempts=int(total),
             expires_at=expires_at,
         )
+
+    def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
+        key = self.keys.contract(contract_version, case_id)  # in its shard on a cluster
+
+        def read() -> list[bytes | None]:
+            return cast("list[bytes | None]", self.client.hmget(key, ["required", "input_hash"]))
+
+        required, input_hash = self._call(read)
+        if required is None or input_hash is None:
+            return None  # expired with the pair's outcomes, or never recorded
+        return FirstRequired(json.loads(required), input_hash.decode())
 
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         """Read newest first a page at a time, each member checked against its outcome in one

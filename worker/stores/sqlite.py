@@ -7,7 +7,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -31,6 +31,7 @@ from worker.stores.attempts import (
 )
 from worker.stores.base import (
     DeadLetter,
+    FirstRequired,
     History,
     Recorded,
     RecordOne,
@@ -749,6 +750,13 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
             total_attempts=row[2],
             expires_at=datetime.fromisoformat(row[3]) if row[3] else None,
         )
+
+    def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
+        pair = (contract_version, case_id)
+        first = self._contracts({pair}).get(pair)
+        if first is None or first.expired(datetime.now(UTC)):
+            return None  # an expired first no longer counts: the next valid row starts anew
+        return FirstRequired(json.loads(first.required), first.input_hash)
 
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         """As history() does, an outcome past its expiry is still listed until a new attempt

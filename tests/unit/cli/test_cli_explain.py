@@ -285,3 +285,56 @@ def test_explain_case_with_nothing_recorded_exits_2(
 
     assert (run.code, run.out) == (2, "")
     assert run.err == "evidence-worker: no input hash recorded for case refund-404\n"
+
+
+def test_explain_with_a_baseline_policy_names_the_release_rule_and_both_thresholds(
+    cli: Callable[..., Run], scored: Callable[..., str], store_url: str, tmp_path: Path
+) -> None:
+    """2/3 passes a 0.6 rule and fails 0.85: the owner is the release rule, as gate says."""
+    known = scored(citations=JOIN_BROKEN, contexts=CONTEXTS)
+    baseline = tmp_path / "old.toml"
+    baseline.write_text('version = "2026-11-01"\n[groups.default]\nmin_coverage = 0.6\n')
+
+    run = cli(
+        "explain", known, "--store", store_url, "--policy", POLICY, "--baseline-policy", baseline
+    )
+
+    assert (run.code, run.err) == (1, "")  # the current policy alone sets the exit code
+    assert run.out.splitlines()[6:9] == [
+        "status: fail under policy 2026-12-01, group default, threshold 0.85",
+        "baseline: pass under policy 2026-11-01, group default, threshold 0.6",
+        "owner: release-rule (the same value passed policy 2026-11-01's threshold 0.6 and fails"
+        " policy 2026-12-01's threshold 0.85: the rule moved, not the row)",
+    ]
+
+
+def test_explain_with_a_baseline_the_row_also_fails_keeps_the_findings_owner(
+    cli: Callable[..., Run], scored: Callable[..., str], store_url: str, tmp_path: Path
+) -> None:
+    """Failing under both rules is not the release rule's: the owner is the findings'."""
+    known = scored(citations=JOIN_BROKEN, contexts=CONTEXTS)
+    baseline = tmp_path / "old.toml"
+    baseline.write_text('version = "2026-11-01"\n[groups.default]\nmin_coverage = 0.75\n')
+
+    run = cli(
+        "explain", known, "--store", store_url, "--policy", POLICY, "--baseline-policy", baseline
+    )
+
+    assert run.out.splitlines()[7:9] == [
+        "baseline: fail under policy 2026-11-01, group default, threshold 0.75",
+        "owner: attribution",
+    ]
+
+
+def test_explain_with_a_bad_baseline_policy_is_one_line_and_exit_2(
+    cli: Callable[..., Run], scored: Callable[..., str], store_url: str, tmp_path: Path
+) -> None:
+    known = scored(citations=JOIN_BROKEN, contexts=CONTEXTS)
+
+    run = cli(
+        "explain", known, "--store", store_url, "--baseline-policy", tmp_path / "missing.toml"
+    )
+
+    assert run.code == 2
+    assert len(run.err.splitlines()) == 1, run.err
+    assert run.out == ""

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from contracts import AttributionResult, input_hash
 from tests.conftest import EXAMPLES
 from tests.unit.cli.factories import EXAMPLE_POLICY
 from worker.cli import main
@@ -590,3 +591,98 @@ def test_attribution_result_failing_only_by_the_rule_is_release_rule(
     (line,) = run.rows
     assert (line["status"], line["owner"]) == ("fail", "release-rule")
     assert [f["finding"] for f in line["findings"]] == ["attribution_artifact_missing"]
+
+
+def test_a_later_row_with_another_required_set_drifted_as_in_the_store(
+    gate: Callable[..., Run], write_jsonl: Callable[..., Path]
+) -> None:
+    """Same case and contract version, two more required claims: the second row is owned by
+    evaluation data with its drift named, as `score` has it, and gate exits 2."""
+    first = row(case_id="drift", contract_version="faq/1")
+    later = row(
+        case_id="drift", contract_version="faq/1", required_claim_ids=["c1", "c2", "c3", "c4"]
+    )
+    run = gate(write_jsonl([first, later, first]), "--policy", EXAMPLE_POLICY)
+
+    assert [(r["owner"], r["contract_drift"]) for r in run.rows] == [
+        (None, False),
+        ("evaluation-data", True),
+        (None, False),
+    ]
+    assert run.rows[1]["drift"] == {
+        "first_required_claim_ids": ["c1", "c2"],
+        "first_line": 1,
+        "added_claim_ids": ["c3", "c4"],
+        "removed_claim_ids": [],
+    }
+    assert run.code == 2
+    assert run.err == (
+        "gate: 3 rows: fail 1, pass 2; 1 row with contract drift; policy 2026-12-01; exit 2\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        row(case_id="drift", contract_version="faq/2", required_claim_ids=["c1"]),
+        row(case_id="other", contract_version="faq/1", required_claim_ids=["c1"]),
+        row(case_id="drift", required_claim_ids=["c1"]),  # no contract version: nothing kept
+        row(case_id="drift", contract_version="faq/1", required_claim_ids=["c1", " c1"]),
+    ],
+    ids=["other-version", "other-case", "no-version", "metric-invalid"],
+)
+def test_rows_of_another_pair_or_invalid_ones_never_drift(
+    gate: Callable[..., Run], write_jsonl: Callable[..., Path], later: dict[str, Any]
+) -> None:
+    """Only a metric-valid row of the same (contract version, case ID) is compared."""
+    run = gate(
+        write_jsonl([row(case_id="drift", contract_version="faq/1"), later]),
+        "--policy",
+        EXAMPLE_POLICY,
+    )
+
+    assert [r["contract_drift"] for r in run.rows] == [False, False]
+    assert "drift" not in run.rows[1]
+
+
+def test_with_a_store_a_row_drifts_from_the_stores_first_set(
+    gate: Callable[..., Run],
+    cli: Callable[..., Any],
+    write_jsonl: Callable[..., Path],
+    message_dict: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """The store's first set for the pair wins over gate's own first row: both later rows
+    drifted from it, named by its input hash, as `score` would record them."""
+    store = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    scored = message_dict()  # refund-001 under support-faq/2026-10, three required claims
+    assert cli("score", write_jsonl([scored]), "--store", store).code == 0
+    first_hash = input_hash(AttributionResult.model_validate(scored))
+    fewer = row(
+        case_id="refund-001",
+        contract_version="support-faq/2026-10",
+        required_claim_ids=["refund-window", "refund-method"],
+        supported_claim_ids=["refund-window", "refund-method"],
+    )
+
+    run = gate(write_jsonl([fewer, fewer]), "--policy", EXAMPLE_POLICY, "--store", store)
+
+    assert [(r["owner"], r["contract_drift"]) for r in run.rows] == [("evaluation-data", True)] * 2
+    assert run.rows[0]["drift"] == {
+        "first_required_claim_ids": ["refund-method", "refund-window", "support-channel"],
+        "first_input_hash": first_hash,
+        "added_claim_ids": [],
+        "removed_claim_ids": ["support-channel"],
+    }
+    assert run.code == 2
+
+
+def test_gate_with_a_store_that_does_not_exist_is_one_line_and_exit_2(
+    gate: Callable[..., Run], write_jsonl: Callable[..., Path], tmp_path: Path
+) -> None:
+    run = gate(
+        write_jsonl([row()]), "--policy", EXAMPLE_POLICY, "--store", f"sqlite:///{tmp_path}/no.db"
+    )
+
+    assert (run.code, run.out) == (2, "")
+    assert len(run.err.splitlines()) == 1, run.err
