@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts.messages import as_utc
 from contracts.records import AlertKind
-from worker.wording import counted
+from worker.wording import counted, number
 
 TimeField = Literal["recorded_at", "produced_at"]
 TIME_FIELDS: Final[tuple[TimeField, ...]] = ("recorded_at", "produced_at")
@@ -135,12 +135,12 @@ def day_cells(day: DayReport) -> list[str]:
     """One day as cells under DAY_COLUMNS (shared by the text and HTML renderings)."""
     return [
         day.day.isoformat(),
-        str(day.records),
-        str(day.valid),
-        str(day.invalid),
+        number(day.records),
+        number(day.valid),
+        number(day.invalid),
         "-" if day.mean is None else f"{day.mean:.4f}",
-        str(day.nondeterminism_alerts),
-        str(day.contract_drift_alerts),
+        number(day.nondeterminism_alerts),
+        number(day.contract_drift_alerts),
     ]
 
 

@@ -10,6 +10,7 @@ from html import escape
 
 from worker.report.days import DAY_COLUMNS, WHY_UNDATED, DayReport, Span, day_cells
 from worker.report.html_table import table, td
+from worker.wording import counted, number
 
 WIDTH, LEFT, RIGHT = 760, 44, 16
 MEAN_TOP, MEAN_HEIGHT = 16, 120
@@ -153,9 +154,10 @@ def _day_shapes(day: DayReport, days: list[date], tallest: int, layout: Layout) 
         f'data-contract-drift="{day.contract_drift_alerts}"'
     )
     shapes = [
-        f'<g class="day" {data}><title>{name}: {day.records} rows, {day.valid} valid '
-        f"({mean}), {day.invalid} invalid; alerts: nondeterminism "
-        f"{day.nondeterminism_alerts}, contract drift {day.contract_drift_alerts}</title>",
+        f'<g class="day" {data}><title>{name}: {counted(day.records, "row")}, '
+        f"{number(day.valid)} valid ({mean}), {number(day.invalid)} invalid; alerts: "
+        f"nondeterminism {number(day.nondeterminism_alerts)}, contract drift "
+        f"{number(day.contract_drift_alerts)}</title>",
         f'<rect class="valid-bar" x="{x - width / 2:g}" y="{bottom - valid_h:g}" '
         f'width="{width:g}" height="{valid_h:g}"/>',
         f'<rect class="invalid-bar" x="{x - width / 2:g}" y="{bottom - valid_h - invalid_h:g}" '
@@ -233,7 +235,7 @@ def days_section(
     ]
     if undated:
         parts.append(
-            f'<p class="undated">{undated} rows without {span.field} '
+            f'<p class="undated">{counted(undated, "row")} without {span.field} '
             f"({WHY_UNDATED[span.field]}) are on no day: counted above, not drawn.</p>"
         )
     return parts

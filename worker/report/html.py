@@ -30,6 +30,7 @@ from worker.report.text import (
     threshold_label,
     triage_note,
 )
+from worker.wording import counted, number
 
 # About the page's width (80rem: room for the alerts table's 64-digit hashes); the chart
 # scales with the page (CSS width 100%), its text too.
@@ -268,13 +269,14 @@ def histogram_svg(version: VersionReport) -> str:
             f'<rect class="bar" x="{x + 2}" y="{baseline - height}" width="{BAR_WIDTH - 4}" '
             f'height="{height}" data-count="{count}">'
             # Escaped: a bare "<" is text to an HTML parser, but not to an SVG (XML) one.
-            f"<title>{escape(f'{low:.1f} ≤ value {upper} {high:.1f}')}: {count} valid rows"
+            f"<title>{escape(f'{low:.1f} ≤ value {upper} {high:.1f}')}: "
+            f"{counted(count, 'valid row')}"
             "</title></rect>"
         )
-        label_x, anchor = count_label_x(index, str(count), lines_x)
+        label_x, anchor = count_label_x(index, number(count), lines_x)
         labels.append(
             f'<text class="count" x="{label_x:g}" y="{baseline - height - 4}" '
-            f'text-anchor="{anchor}">{count}</text>'
+            f'text-anchor="{anchor}">{number(count)}</text>'
         )
     named = len(version.groups) > 1
     # Drawn over the bars (a threshold inside a bin would hide behind its bar) and under the
@@ -296,7 +298,7 @@ def histogram_svg(version: VersionReport) -> str:
         for i in range(3)
     ]
     shapes.append(
-        f'<text x="{PLOT_LEFT}" y="{baseline + 36}">value (valid rows: {sum(counts)}; '
+        f'<text x="{PLOT_LEFT}" y="{baseline + 36}">value (valid rows: {number(sum(counts))}; '
         "1.0 falls in the last bin)</text></svg>"
     )
     return "\n".join(shapes)

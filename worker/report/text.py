@@ -16,7 +16,7 @@ from worker.report.aggregate import (
 from worker.report.alerts import alert_hash_lines
 from worker.report.days import days_text, span_line
 from worker.report.reasons import reason_note
-from worker.wording import counted
+from worker.wording import counted, number
 
 
 def group_label(group: str | None) -> str:
@@ -42,29 +42,30 @@ def group_row(group: GroupReport) -> list[str]:
     stats = group.valid
     return [
         group_label(group.policy_group),
-        *(str(count) for count in [*counts, stats.count]),
+        *(number(count) for count in [*counts, stats.count]),
         *("-" if n is None else f"{n:.4f}" for n in (stats.mean, stats.min, stats.max)),
-        *(str(group.cache[outcome]) for outcome in CACHE_OUTCOMES),
+        *(number(group.cache[outcome]) for outcome in CACHE_OUTCOMES),
         ", ".join(policy_label(p.policy_version) for p in group.policy_versions),
     ]
 
 
 def _alerts_clause(kind: str, total: int, unmatched: int) -> str:
-    return f"{kind} alerts {total}" + (
-        f" ({unmatched} with no record in this file)" if unmatched else ""
+    return f"{kind} alerts {number(total)}" + (
+        f" ({number(unmatched)} with no record in this file)" if unmatched else ""
     )
 
 
 def headline(report: Report) -> str:
     """What was read: records, skipped lines by event, Celery's log lines (counted apart: not
     records, and not skipped ones), unreadable lines, alerts of both kinds."""
-    skipped = ", ".join(f"{event} {n}" for event, n in report.skipped.items())
+    skipped = ", ".join(f"{event} {number(n)}" for event, n in report.skipped.items())
     return "; ".join(
         [
-            f"{report.source}: records {report.records}",
-            f"skipped lines {sum(report.skipped.values())}" + (f" ({skipped})" if skipped else ""),
-            f"Celery log lines {report.log_lines}",
-            f"unreadable lines {report.unreadable}",
+            f"{report.source}: records {number(report.records)}",
+            f"skipped lines {number(sum(report.skipped.values()))}"
+            + (f" ({skipped})" if skipped else ""),
+            f"Celery log lines {number(report.log_lines)}",
+            f"unreadable lines {number(report.unreadable)}",
             _alerts_clause(
                 "nondeterminism",
                 report.nondeterminism_alerts,
@@ -82,9 +83,9 @@ def headline(report: Report) -> str:
 def version_line(version: VersionReport) -> str:
     """'contract version X: records n; nondeterminism alerts a; contract drift alerts d'."""
     return (
-        f"contract version {version.label}: records {version.records}; "
-        f"nondeterminism alerts {version.nondeterminism_alerts}; "
-        f"contract drift alerts {version.contract_drift_alerts}"
+        f"contract version {version.label}: records {number(version.records)}; "
+        f"nondeterminism alerts {number(version.nondeterminism_alerts)}; "
+        f"contract drift alerts {number(version.contract_drift_alerts)}"
     )
 
 
@@ -92,7 +93,9 @@ def policy_warning(group: GroupReport) -> str | None:
     """Said out loud: a group decided under several policy versions is not one population."""
     if not group.mixed_policy_versions:
         return None
-    seen = ", ".join(f"{policy_label(p.policy_version)} ({p.count})" for p in group.policy_versions)
+    seen = ", ".join(
+        f"{policy_label(p.policy_version)} ({number(p.count)})" for p in group.policy_versions
+    )
     return f"WARNING: {len(group.policy_versions)} policy versions in one group: {seen}"
 
 
@@ -104,8 +107,8 @@ def sparse_warning(group: GroupReport) -> str | None:
 
 def owners_note(group: GroupReport) -> str:
     """All five owners with their counts, then the rows routed to nobody."""
-    owners = ", ".join(f"{owner} {count}" for owner, count in group.owners.items())
-    return f"owners: {owners}; no owner {group.no_owner}"
+    owners = ", ".join(f"{owner} {number(count)}" for owner, count in group.owners.items())
+    return f"owners: {owners}; no owner {number(group.no_owner)}"
 
 
 def finding_label(claim: MissingClaim) -> str:
@@ -120,7 +123,7 @@ def triage_note(group: GroupReport) -> str | None:
     if not group.rows_without_triage:
         return None
     return (
-        f"missing claims not recorded on {group.rows_without_triage} valid rows "
+        f"missing claims not recorded on {counted(group.rows_without_triage, 'valid row')} "
         "(written before triage)"
     )
 
@@ -130,7 +133,8 @@ def group_notes(group: GroupReport) -> list[str]:
     notes = [w for w in (policy_warning(group), sparse_warning(group)) if w is not None]
     notes.append(owners_note(group))
     notes += [
-        f"missing x{claim.rows}: {claim.claim_id} (dominant finding: {finding_label(claim)})"
+        f"missing x{number(claim.rows)}: {claim.claim_id} "
+        f"(dominant finding: {finding_label(claim)})"
         for claim in group.missing_claims
     ]
     if (note := triage_note(group)) is not None:
@@ -139,8 +143,8 @@ def group_notes(group: GroupReport) -> list[str]:
         notes.append(", ".join(threshold_label(t) for t in group.thresholds))
     if group.contract_version is not None:  # rejected lines carry no hash an alert could name
         notes.append(
-            f"alerts: nondeterminism {group.nondeterminism_alerts}, "
-            f"contract drift {group.contract_drift_alerts}"
+            f"alerts: nondeterminism {number(group.nondeterminism_alerts)}, "
+            f"contract drift {number(group.contract_drift_alerts)}"
         )
     return notes + [reason_note(r) for r in group.invalid.top_reasons]
 
