@@ -304,7 +304,7 @@ def test_purge_asks_for_yes_then_removes_the_letters_received_before_the_time(
     assert (asked.code, asked.stderr) == (
         INVALID,
         f"{PROG}: dead-letters purge: would remove 1 letter received before "
-        "2026-12-01T12:30:00+00:00; add --yes to remove them\n",
+        "2026-12-01T12:30:00+00:00; add --yes to remove it\n",
     )
     assert len(list(store.letters_newest_first())) == 2
 

@@ -205,7 +205,7 @@ def run_purge(args: argparse.Namespace, settings: Settings) -> int:
         if not args.yes:
             raise InputError(
                 f"{NAME} purge: would remove {_letters(len(letter_ids))} received before "
-                f"{when}; add --yes to remove them"
+                f"{when}; add --yes to remove {'it' if len(letter_ids) == 1 else 'them'}"
             )
         removed = store.remove_letters(letter_ids)
     print(f"{NAME} purge: removed {_letters(removed)} received before {when}", file=sys.stderr)
