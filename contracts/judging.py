@@ -111,22 +111,18 @@ def judge_kept(
     invalid decision is not triaged: no missing IDs, no findings, owner evaluation-data.
     """
     outcome = attempt.outcome
-    decision = decide(
-        outcome,
-        policy,
-        policy_group=attempt.policy_group or DEFAULT_GROUP,
-        blocking=True,
-        contract_version=attempt.contract_version,
-    )
-    before = None
-    if baseline is not None:
-        before = decide(
+
+    def decided(under: Policy | None) -> Decision:
+        return decide(
             outcome,
-            baseline,
+            under,
             policy_group=attempt.policy_group or DEFAULT_GROUP,
             blocking=True,
             contract_version=attempt.contract_version,
         )
+
+    decision = decided(policy)
+    before = None if baseline is None else decided(baseline)
     findings = attempt.findings
     if decision.status == "invalid":  # as triage() has it: nothing to triage
         return Judgement(outcome, decision, Triage(None, [], "evaluation-data"), before)
