@@ -529,25 +529,11 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         return Recorded(cache, first, alert, contract_drift=bool(drift), drift=drift_alert)
 
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
-        pattern = self.keys.outcome_pattern()
-        keys = [
-            key.decode() for key in self._call(lambda: list(self.client.scan_iter(pattern, 1000)))
-        ]
-        for start in range(0, len(keys), SCAN_BATCH):
-            chunk = keys[start : start + SCAN_BATCH]
-
-            def fetch(chunk: list[str] = chunk) -> list[Any]:
-                pipe = self.client.pipeline(transaction=False)
-                for key in chunk:
-                    pipe.hget(key, "first")
-                return pipe.execute()
-
-            for key, first in zip(chunk, self._call(fetch), strict=True):
+        """Every hash's first attempt, in SCAN's order, a batch of keys at a time."""
+        for keys in self._scanned(self.keys.outcome_pattern()):
+            for key, first in zip(keys, self._read_fields(keys, "first"), strict=True):
                 if first is not None:  # expired between the scan and the read
-                    yield (
-                        self.keys.hash_from_outcome(key),
-                        Attempt.model_validate_json(first),
-                    )
+                    yield self.keys.hash_from_outcome(key), Attempt.model_validate_json(first)
 
     def first_outcomes_by_time(
         self,
