@@ -148,7 +148,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
         )
     for letter_id, letter in chosen:
         print(dumps_line(listing_line(letter_id, letter)))
-    print(f"{NAME} list: {_letters(len(chosen))}", file=sys.stderr)
+    print(f"{NAME} list: {counted(len(chosen), 'letter')}", file=sys.stderr)
     return OK
 
 
@@ -204,11 +204,12 @@ def run_purge(args: argparse.Namespace, settings: Settings) -> int:
         when = args.before.isoformat()
         if not args.yes:
             raise InputError(
-                f"{NAME} purge: would remove {_letters(len(letter_ids))} received before "
+                f"{NAME} purge: would remove {counted(len(letter_ids), 'letter')} received before "
                 f"{when}; add --yes to remove {'it' if len(letter_ids) == 1 else 'them'}"
             )
         removed = store.remove_letters(letter_ids)
-    print(f"{NAME} purge: removed {_letters(removed)} received before {when}", file=sys.stderr)
+    removed_said = counted(removed, "letter")
+    print(f"{NAME} purge: removed {removed_said} received before {when}", file=sys.stderr)
     return OK
 
 
@@ -223,7 +224,3 @@ def unknown_letter(where: str, letter_id: str, action: str) -> InputError:
     return InputError(
         f"{NAME} {action}: no dead letter {letter_id!r} in {where} (`{NAME} list` shows the ids)"
     )
-
-
-def _letters(count: int) -> str:
-    return counted(count, "letter")

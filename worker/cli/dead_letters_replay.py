@@ -69,7 +69,7 @@ class Replayed:
             (self.cut, "kept cut, not replayable (EVIDENCE_DEAD_LETTER_MAX_BYTES)"),
             (self.gone, "removed meanwhile"),
         ]
-        said = ", ".join(f"{count} {what}" for count, what in parts if count)
+        said = ", ".join(f"{count:,} {what}" for count, what in parts if count)
         return f"{LABEL}: {counted(total, 'letter')}: {said or 'none'}"
 
     def still_invalid(self, letter_id: str, reason: str) -> None:
