@@ -8,7 +8,9 @@
 
 No Celery import is needed by the caller; messages are validated before they are sent, and
 noted in the store's publish ledger first (worker/stores/ledger.py), so `reconcile` can find
-any that a broker loses.
+any that a broker loses. With `sample_rate=R`, a client sends only the messages whose case ID
+is in the deterministic sample at R (contracts/sampling.py), the cases `publish --sample-rate
+R` would send.
 """
 
 from __future__ import annotations
@@ -20,22 +22,34 @@ from typing import Any
 from contracts import Attempt, AttributionResult
 from contracts.hashing import hash_of, judgement_inputs
 from contracts.messages import Context, Grader
+from contracts.sampling import check_rate, sampled
 from worker.settings import Settings, load_settings
 from worker.stores import History, ResultStore, open_store
 from worker.upstream.publishing import outgoing, send_noted
 
 
 class EvidenceClient:
-    """Reads the shared store and publishes to the worker's queue."""
+    """Reads the shared store and publishes to the worker's queue.
 
-    def __init__(self, settings: Settings, *, store: ResultStore | None = None) -> None:
+    `sample_rate`: None (the default) sends every message; a number in 0.0..1.0 sends only
+    those whose case ID is sampled at it (ValueError for anything else).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: ResultStore | None = None,
+        sample_rate: float | None = None,
+    ) -> None:
+        self.sample_rate = None if sample_rate is None else check_rate(sample_rate)
         self.settings = settings
         self.store = store or open_store(settings.result_store_url, settings)
         self._app: Any = None
 
     @classmethod
-    def from_env(cls) -> EvidenceClient:
-        return cls(load_settings())
+    def from_env(cls, *, sample_rate: float | None = None) -> EvidenceClient:
+        return cls(load_settings(), sample_rate=sample_rate)
 
     def lookup(
         self,
@@ -67,14 +81,31 @@ class EvidenceClient:
         """Everything kept for one input hash (first outcome and attempts), or None."""
         return self.store.history(input_hash)
 
-    def publish(self, message: AttributionResult | Mapping[str, Any]) -> str:
-        """Validate, note in the publish ledger and send one message; returns the task id."""
-        return self._send([self._validated(message)], batch=False)
+    def publish(self, message: AttributionResult | Mapping[str, Any]) -> str | None:
+        """Validate, note in the publish ledger and send one message; returns the task id, or
+        None when the sample rate leaves the message out (validated, neither noted nor sent)."""
+        kept = self._sampled([self._validated(message)])
+        return self._send(kept, batch=False) if kept else None
 
-    def publish_batch(self, messages: Sequence[AttributionResult | Mapping[str, Any]]) -> str:
-        """Validate every message, note them, then send them as one score_batch task;
-        returns its id."""
-        return self._send([self._validated(message) for message in messages], batch=True)
+    def publish_batch(
+        self, messages: Sequence[AttributionResult | Mapping[str, Any]]
+    ) -> str | None:
+        """Validate every message, note those the sample rate keeps, then send them as one
+        score_batch task; returns its id, or None when the sample rate keeps none."""
+        validated = [self._validated(message) for message in messages]
+        kept = self._sampled(validated)
+        if validated and not kept:
+            return None
+        return self._send(kept, batch=True)
+
+    def _sampled(
+        self, messages: list[tuple[AttributionResult, str]]
+    ) -> list[tuple[AttributionResult, str]]:
+        """The messages the sample rate keeps (all of them without one)."""
+        if self.sample_rate is None:
+            return messages
+        rate = self.sample_rate
+        return [(model, text) for model, text in messages if sampled(model.case_id, rate)]
 
     @staticmethod
     def _validated(message: AttributionResult | Mapping[str, Any]) -> tuple[AttributionResult, str]:

@@ -241,3 +241,86 @@ def task_args(envelope: dict[str, Any]) -> list[Any]:
     assert envelope["properties"]["body_encoding"] == "utf-8"
     args, _kwargs, _embed = json.loads(envelope["body"])
     return list(args)
+
+
+# Sample points (contracts/sampling.py): case-3 0.022, case-2 0.204, refund-002 0.252,
+# refund-001 0.495, case-1 0.727, case-7 0.966: at 0.25, case-2 and case-3 are in.
+SAMPLED_CASES = ["case-1", "case-2", "case-3", "refund-001", "refund-002", "case-7"]
+
+
+@pytest.fixture
+def sampling_client(redis_url: str, key_prefix: str) -> Iterator[EvidenceClient]:
+    """A client at sample rate 0.25, on a queue of the test's own."""
+    queue = f"{key_prefix}-queue"
+    settings = Settings(
+        broker_url=BROKER_DB_URL, store_url=redis_url, key_prefix=key_prefix, queue=queue
+    )
+    client = EvidenceClient(settings, sample_rate=0.25)
+    yield client
+    client.close()
+    redis.Redis.from_url(BROKER_DB_URL).delete(queue)
+
+
+def queued_case_ids(queue: str) -> list[list[str]]:
+    """Per task on the queue, oldest first, its messages' case IDs."""
+    raws = redis.Redis.from_url(BROKER_DB_URL).lrange(queue, 0, -1)
+    found = []
+    for raw in reversed(raws):
+        [payload] = task_args(json.loads(raw))
+        texts = payload if isinstance(payload, list) else [payload]
+        found.append([json.loads(text)["case_id"] for text in texts])
+    return found
+
+
+def open_entries(client: EvidenceClient) -> list[tuple[str, int, str]]:
+    future = datetime.now(UTC) + timedelta(hours=1)
+    return sorted(
+        (e.task_id, e.position, e.case_id) for e in client.store.unrecorded(published_before=future)
+    )
+
+
+def test_a_sampling_client_sends_only_sampled_case_ids_and_notes_only_those(
+    sampling_client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """publish() returns the task id of a sampled message and None for one left out, which is
+    neither queued nor in the ledger."""
+    task_ids = {case: sampling_client.publish(message_dict(case_id=case)) for case in SAMPLED_CASES}
+
+    assert [case for case, task_id in task_ids.items() if task_id is not None] == [
+        "case-2",
+        "case-3",
+    ]
+    assert queued_case_ids(sampling_client.settings.queue) == [["case-2"], ["case-3"]]
+    assert open_entries(sampling_client) == sorted(
+        [(str(task_ids["case-2"]), 0, "case-2"), (str(task_ids["case-3"]), 0, "case-3")]
+    )
+
+
+def test_a_sampling_client_s_batch_holds_only_sampled_case_ids(
+    sampling_client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """One score_batch task of the sampled messages, in order, at positions 0 and 1."""
+    task_id = sampling_client.publish_batch([message_dict(case_id=case) for case in SAMPLED_CASES])
+
+    assert task_id is not None
+    assert queued_case_ids(sampling_client.settings.queue) == [["case-2", "case-3"]]
+    assert open_entries(sampling_client) == [(task_id, 0, "case-2"), (task_id, 1, "case-3")]
+
+
+def test_a_batch_the_sample_leaves_empty_is_not_sent(
+    sampling_client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """None, no task, no entry: an empty score_batch task would only cost the worker."""
+    left_out = ["case-1", "refund-001", "case-7"]
+
+    assert sampling_client.publish_batch([message_dict(case_id=case) for case in left_out]) is None
+    assert queued_case_ids(sampling_client.settings.queue) == []
+    assert open_entries(sampling_client) == []
+
+
+def test_a_sampling_client_still_refuses_an_invalid_message_it_would_leave_out(
+    sampling_client: EvidenceClient, message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """Validation comes first: case-7 is out of the sample, its bad message still raises."""
+    with pytest.raises(ValueError, match="answer"):
+        sampling_client.publish(message_dict(case_id="case-7", answer=None))

@@ -8,6 +8,7 @@ to a queue of its own on DB 10, which no other test uses, and deletes it afterwa
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -428,6 +429,149 @@ def test_a_file_of_only_invalid_lines_sends_nothing_and_says_so(
         "line 2 not sent",
     ]
     assert queued(queue) == []
+
+
+# --- sampling -------------------------------------------------------------------------------
+
+
+def in_sample(case_id: str, rate: float) -> bool:
+    """SPEC §10's rule, written out independently of contracts/sampling.py."""
+    digest = hashlib.sha256(case_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+
+
+def sampled_summary(
+    queue: str, messages: int, tasks: int, rejected: int, out: int, rate: str
+) -> str:
+    sampled_out = f"{counted(out, 'message')} sampled out (--sample-rate {rate})"
+    return f"{summary(queue, messages, tasks, rejected)}; {sampled_out}"
+
+
+SAMPLE_CASES = [f"traffic-{n:03d}" for n in range(40)]
+
+
+def test_sample_rate_sends_exactly_the_sampled_case_ids_and_notes_only_them(
+    queue: str, key_prefix: str, write_jsonl: Callable[..., Path]
+) -> None:
+    """Through the console script: at 0.25 the queue holds the cases whose hash is below a
+    quarter, in file order, each its line's text; the ledger holds an entry for each of them
+    and for nothing else; the summary counts the rest."""
+    lines = [json.dumps({**BASE_MESSAGE, "case_id": case_id}) for case_id in SAMPLE_CASES]
+    path = write_jsonl(lines)
+    expected = [case_id for case_id in SAMPLE_CASES if in_sample(case_id, 0.25)]
+    assert expected == [
+        "traffic-003", "traffic-008", "traffic-013", "traffic-019", "traffic-020",
+        "traffic-030", "traffic-035", "traffic-038", "traffic-039",
+    ]  # fmt: skip
+
+    run = run_console([str(path), "--sample-rate", "0.25"], queue=queue, key_prefix=key_prefix)
+
+    assert run.code == OK, run.stderr
+    assert run.stderr_lines == [sampled_summary(queue, 9, 9, 0, 31, "0.25")]
+    sent = queued(queue)
+    assert [json.loads(task.args[0])["case_id"] for task in sent] == expected
+    assert [task.args for task in sent] == [[lines[SAMPLE_CASES.index(c)]] for c in expected]
+    assert ledger_entries(key_prefix) == sorted(
+        (task.task_id, 0, json.loads(task.args[0])["case_id"], task.args[0]) for task in sent
+    )
+
+
+def test_a_smaller_rate_sends_a_subset_of_a_larger_one_in_batches_too(
+    publish: Callable[..., Run], queue: str, key_prefix: str, write_jsonl: Callable[..., Path]
+) -> None:
+    """0.1 then 0.25 on the same file, in batches of 4: the first run's cases are among the
+    second's, and each batch holds only sampled messages."""
+    path = write_jsonl([{**BASE_MESSAGE, "case_id": case_id} for case_id in SAMPLE_CASES])
+
+    tenth = publish(str(path), "--sample-rate", "0.1", "--batch", "4")
+    tenth_sent = [json.loads(text)["case_id"] for task in queued(queue) for text in task.args[0]]
+    flush_queue(BROKER_URL, queue)
+    quarter = publish(str(path), "--sample-rate", "0.25", "--batch", "4")
+    quarter_tasks = queued(queue)
+
+    assert (
+        tenth_sent
+        == [c for c in SAMPLE_CASES if in_sample(c, 0.1)]
+        == [
+            "traffic-030",
+            "traffic-035",
+            "traffic-039",
+        ]
+    )
+    assert tenth.stderr_lines == [sampled_summary(queue, 3, 1, 0, 37, "0.1")]
+    assert quarter.stderr_lines == [sampled_summary(queue, 9, 3, 0, 31, "0.25")]
+    quarter_sent = [json.loads(text)["case_id"] for task in quarter_tasks for text in task.args[0]]
+    assert quarter_sent == [c for c in SAMPLE_CASES if in_sample(c, 0.25)]
+    assert set(tenth_sent) < set(quarter_sent)
+    assert [task.task for task in quarter_tasks] == [SCORE_BATCH] * 3
+    assert sorted(case for _, _, case, _ in ledger_entries(key_prefix)) == sorted(
+        tenth_sent + quarter_sent
+    )
+
+
+@pytest.mark.parametrize(("rate", "sent"), [("0", 0), ("0.0", 0), ("1", 40), ("1.0", 40)])
+def test_rate_0_sends_nothing_and_rate_1_everything_both_fine(
+    publish: Callable[..., Run],
+    queue: str,
+    key_prefix: str,
+    write_jsonl: Callable[..., Path],
+    rate: str,
+    sent: int,
+) -> None:
+    """Nothing sent at rate 0 is not `contains no messages`: the file had them, the rate
+    chose none."""
+    path = write_jsonl([{**BASE_MESSAGE, "case_id": case_id} for case_id in SAMPLE_CASES])
+
+    run = publish(str(path), "--sample-rate", rate)
+
+    shown = str(float(rate))
+    assert (run.code, run.stderr_lines) == (
+        OK,
+        [sampled_summary(queue, sent, sent, 0, 40 - sent, shown)],
+    )
+    assert len(queued(queue)) == sent
+    assert len(ledger_entries(key_prefix)) == sent
+
+
+def test_invalid_lines_are_still_reported_when_sampling(
+    publish: Callable[..., Run], queue: str
+) -> None:
+    """The example file at 0.5: its invalid line 7 is reported (exit 2) whatever the rate."""
+    valid_cases = [json.loads(line)["case_id"] for line in valid_example_lines()]
+    expected = [case_id for case_id in valid_cases if in_sample(case_id, 0.5)]
+
+    run = publish(str(EXAMPLE), "--sample-rate", "0.5")
+
+    assert run.code == INVALID
+    assert run.stderr_lines == [
+        EXAMPLE_REJECTION,
+        sampled_summary(queue, len(expected), len(expected), 1, 9 - len(expected), "0.5"),
+    ]
+    assert [json.loads(task.args[0])["case_id"] for task in queued(queue)] == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("1.5", "argument --sample-rate: '1.5' is outside 0.0..1.0"),
+        ("-0.25", "argument --sample-rate: '-0.25' is outside 0.0..1.0"),
+        ("nan", "argument --sample-rate: 'nan' is not a finite number: give one in 0.0..1.0"),
+        ("inf", "argument --sample-rate: 'inf' is not a finite number: give one in 0.0..1.0"),
+        ("abc", "argument --sample-rate: 'abc' is not a number: give one in 0.0..1.0"),
+    ],
+)
+def test_a_sample_rate_that_is_no_share_is_a_usage_error_and_sends_nothing(
+    publish: Callable[..., Run], queue: str, key_prefix: str, value: str, error: str
+) -> None:
+    run = publish(str(EXAMPLE), "--sample-rate", value)
+
+    assert run.code == INVALID
+    assert run.stderr_lines == [
+        f"{PROG} publish: error: {error}",
+        f"run '{PROG} publish --help' for the options",
+    ]
+    assert queued(queue) == []
+    assert ledger_entries(key_prefix) == []
 
 
 # --- the size limit -------------------------------------------------------------------------

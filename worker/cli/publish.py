@@ -14,6 +14,7 @@ from worker.cli.common import (
     describe,
     opened_store,
     positive_int,
+    rate,
     source_name,
 )
 from worker.cli.exit_codes import INVALID, OK
@@ -40,7 +41,10 @@ def register(commands: Any) -> None:
             "(default redis://localhost:6379/0); queue: $EVIDENCE_QUEUE "
             "(default attribution-results). Each message is first noted in the publish ledger "
             "of the workers' store, which the worker's record closes, so that `reconcile` finds "
-            "any message a broker loses (EVIDENCE_LEDGER_TTL_SECONDS=0 turns it off).",
+            "any message a broker loses (EVIDENCE_LEDGER_TTL_SECONDS=0 turns it off). "
+            "--sample-rate R sends only the messages whose case ID is in the deterministic "
+            "sample at R (the first 8 bytes of its SHA-256, over 2^64, below R): every "
+            "publisher picks the same cases, and the summary counts the ones left out.",
         ),
     )
     add_path(parser)
@@ -51,6 +55,14 @@ def register(commands: Any) -> None:
         default=1,
         metavar="N",
         help="send lists of N messages to evidence_coverage.score_batch (default 1: one task each)",
+    )
+    parser.add_argument(
+        "--sample-rate",
+        type=rate,
+        metavar="R",
+        help="send only the messages whose case ID is in the deterministic sample at rate R, "
+        "0.0..1.0 (default: all of them); the 0.1 sample lies inside the 0.25 one, and the "
+        "rest leave no ledger entry",
     )
     parser.set_defaults(handler=run)
 
@@ -79,6 +91,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 max_message_bytes=settings.max_message_bytes,
                 max_batch_bytes=settings.max_batch_bytes,
                 ledger=ledger,
+                sample_rate=args.sample_rate,
                 on_progress=lambda sent: progress.tick(sent - progress.count),
             )
     except OperationalError as error:
@@ -100,11 +113,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         progress.finish()
     for number, reason in result.rejected:
         print(f"{PROG} publish: line {number} not sent: {reason}", file=sys.stderr)
-    if result.messages == 0 and not result.rejected:
+    if result.messages == 0 and result.sampled_out == 0 and not result.rejected:
         raise InputError(f"{source_name(args.path)} contains no messages")
+    sampling = (
+        ""
+        if args.sample_rate is None
+        else f"; {counted(result.sampled_out, 'message')} sampled out (--sample-rate "
+        f"{args.sample_rate})"
+    )
     print(
         f"publish: sent {counted(result.messages, 'message')} in {counted(result.tasks, 'task')} "
-        f"to queue {settings.queue}; {counted(len(result.rejected), 'line')} rejected",
+        f"to queue {settings.queue}; {counted(len(result.rejected), 'line')} rejected{sampling}",
         file=sys.stderr,
     )
     return INVALID if result.rejected else OK

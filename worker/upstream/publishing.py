@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from contracts import AttributionResult, input_hash
+from contracts.sampling import sampled
 from worker.constants import PUBLISHED_AT_HEADER, SCORE, SCORE_BATCH
 from worker.errors import InputError, TransientError
 from worker.pipeline.intake import parse_message
@@ -34,11 +35,13 @@ ARGSREPR_MESSAGES = 5
 
 @dataclass
 class Published:
-    """What a publish run did: messages and tasks sent, lines rejected (line, reason)."""
+    """What a publish run did: messages and tasks sent, lines rejected (line, reason), valid
+    messages left out by the sample rate."""
 
     messages: int = 0
     tasks: int = 0
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    sampled_out: int = 0
 
 
 def as_sent(text: str, *, max_message_bytes: int) -> Any:
@@ -248,11 +251,17 @@ def publish_lines(
     max_message_bytes: int,
     max_batch_bytes: int,
     ledger: Ledger | None = None,
+    sample_rate: float | None = None,
     on_progress: Callable[[int], None] = lambda _: None,
 ) -> Published:
     """Validate each line, then send it alone (score) or in lists of batch_size (score_batch),
     a list cut short where it would pass max_batch_bytes. Messages are noted in the ledger
-    a chunk of tasks at a time, just before the chunk is sent."""
+    a chunk of tasks at a time, just before the chunk is sent.
+
+    With a sample_rate, a valid message is sent only when sampled(case_id, sample_rate)
+    (contracts/sampling.py); the others are counted, never noted nor sent. Lines are validated
+    first, so an invalid line is reported whatever its case ID.
+    """
     result = Published()
     pending: list[tuple[AttributionResult, str]] = []
     pending_bytes = 0
@@ -291,6 +300,9 @@ def publish_lines(
                 message = parse_message(body, max_bytes=max_message_bytes)
             except InputError as error:
                 result.rejected.append((number, str(error)))
+                continue
+            if sample_rate is not None and not sampled(message.case_id, sample_rate):
+                result.sampled_out += 1
                 continue
             text = body.decode("utf-8")  # parse_message has rejected anything not UTF-8
             if batch_size > 1:  # a task of one message is bounded by the message limit

@@ -348,6 +348,45 @@ CASES: dict[str, Case] = {
         usage("publish", "argument --batch: must be at least 1, got 0"),
         usage=True,
     ),
+    "publish --sample-rate above 1": Case(
+        ["publish", RESULTS, "--sample-rate", "1.5"],
+        usage("publish", "argument --sample-rate: '1.5' is outside 0.0..1.0"),
+        usage=True,
+    ),
+    "publish --sample-rate below 0": Case(
+        ["publish", RESULTS, "--sample-rate", "-0.1"],
+        usage("publish", "argument --sample-rate: '-0.1' is outside 0.0..1.0"),
+        usage=True,
+    ),
+    "publish --sample-rate nan": Case(
+        ["publish", RESULTS, "--sample-rate", "nan"],
+        usage(
+            "publish", "argument --sample-rate: 'nan' is not a finite number: give one in 0.0..1.0"
+        ),
+        usage=True,
+    ),
+    "publish --sample-rate inf": Case(
+        ["publish", RESULTS, "--sample-rate", "inf"],
+        usage(
+            "publish", "argument --sample-rate: 'inf' is not a finite number: give one in 0.0..1.0"
+        ),
+        usage=True,
+    ),
+    "publish --sample-rate not a number": Case(
+        ["publish", RESULTS, "--sample-rate", "abc"],
+        usage("publish", "argument --sample-rate: 'abc' is not a number: give one in 0.0..1.0"),
+        usage=True,
+    ),
+    "publish --sample-rate empty": Case(
+        ["publish", RESULTS, "--sample-rate", ""],
+        usage("publish", "argument --sample-rate: '' is not a number: give one in 0.0..1.0"),
+        usage=True,
+    ),
+    "publish --sample-rate a percentage": Case(
+        ["publish", RESULTS, "--sample-rate", "25%"],
+        usage("publish", "argument --sample-rate: '25%' is not a number: give one in 0.0..1.0"),
+        usage=True,
+    ),
     # --- reconcile --------------------------------------------------------------------------
     "reconcile --older-than not a duration": Case(
         ["reconcile", "--older-than", "ten minutes"],

@@ -4,7 +4,11 @@ its public methods and attributes, and each method's parameters, kinds and defau
 from __future__ import annotations
 
 import inspect
+import math
+import re
 from typing import Any
+
+import pytest
 
 import worker.client
 from worker.client import EvidenceClient
@@ -15,9 +19,13 @@ KEYWORD = inspect.Parameter.KEYWORD_ONLY
 POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 EMPTY = inspect.Parameter.empty
 SIGNATURES: dict[str, list[tuple[str, Any, Any]]] = {
-    "__init__": [("settings", POSITIONAL, EMPTY), ("store", KEYWORD, None)],
+    "__init__": [
+        ("settings", POSITIONAL, EMPTY),
+        ("store", KEYWORD, None),
+        ("sample_rate", KEYWORD, None),
+    ],
     "close": [],
-    "from_env": [],
+    "from_env": [("sample_rate", KEYWORD, None)],
     "history": [("input_hash", POSITIONAL, EMPTY)],
     "lookup": [
         ("contract_version", KEYWORD, EMPTY),
@@ -74,9 +82,34 @@ class NoStore:
 
 
 def test_a_client_s_public_attributes() -> None:
-    """A client keeps its settings and its store, both public; nothing else is."""
+    """A client keeps its settings, its store and its sample rate, all public; nothing else is."""
     settings = Settings()
     store = NoStore()
-    client = EvidenceClient(settings, store=store)  # type: ignore[arg-type]
+    client = EvidenceClient(settings, store=store, sample_rate=0.25)  # type: ignore[arg-type]
     public = {name: value for name, value in vars(client).items() if not name.startswith("_")}
-    assert public == {"settings": settings, "store": store}
+    assert public == {"settings": settings, "store": store, "sample_rate": 0.25}
+
+
+@pytest.mark.parametrize(
+    ("rate", "error"),
+    [
+        (1.5, "sample rate 1.5 is outside 0.0..1.0"),
+        (-0.25, "sample rate -0.25 is outside 0.0..1.0"),
+        (math.nan, "sample rate nan is not a finite number in 0.0..1.0"),
+        ("0.25", "sample rate '0.25' is not a number in 0.0..1.0"),
+    ],
+    ids=str,
+)
+def test_a_sample_rate_that_is_no_share_is_refused_before_anything_opens(
+    rate: object, error: str
+) -> None:
+    """ValueError at construction, before the store is opened (none is given here)."""
+    with pytest.raises(ValueError, match=f"^{re.escape(error)}$"):
+        EvidenceClient(Settings(store_url="redis://127.0.0.1:1/0"), sample_rate=rate)  # type: ignore[arg-type]
+
+
+def test_a_sample_rate_of_0_or_1_is_kept_as_a_float() -> None:
+    for rate, kept in [(0, 0.0), (1, 1.0), (0.1, 0.1)]:
+        client = EvidenceClient(Settings(), store=NoStore(), sample_rate=rate)  # type: ignore[arg-type]
+        assert type(client.sample_rate) is float
+        assert client.sample_rate == kept
