@@ -19,7 +19,7 @@ from contracts import Policy
 from contracts.records import REJECTED
 from worker.errors import InputError, TransientError
 from worker.observability import telemetry
-from worker.observability.logging import emit_record, get_logger
+from worker.observability.logging import RecordLines, get_logger
 from worker.observability.metrics import Metrics
 from worker.pipeline.alerts import AlertSink, WebhookSender
 from worker.pipeline.intake import Body, admit, body_text
@@ -207,13 +207,17 @@ class Service:
             context["duration_ms"] = round(per_message_ms, 3)
         alerts = drift_alerts = 0
         exporter = telemetry.active()
+        lines = RecordLines()
         for position, result in enumerate(results):
             if texts is None:
-                emit_record(result.record, **context)
+                lines.add(result.record, **context)
             else:
-                emit_record(result.record, **context, **texts[position])
+                lines.add(result.record, **context, **texts[position])
             if exporter is not None:
                 exporter.evaluation(result.record)
+            if result.alert is None and result.drift is None:
+                continue
+            lines.flush()  # a record's line comes before its alerts' lines
             # A replayed alert is raised again: when the first reply was lost, this is the
             # first time anyone hears of it. The alert stream holds it once.
             where = {"line": result.record.line} if result.record.line else {}
@@ -224,6 +228,7 @@ class Service:
             if result.drift is not None:
                 self.alerts.raise_alert(result.drift, **where, **replay)
                 drift_alerts += 1
+        lines.flush()
         self.metrics.observe(
             [result.record for result in results],
             alerts=alerts,
