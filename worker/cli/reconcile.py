@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import add_worker_store_option, describe, dumps_line, opened_store
@@ -68,9 +68,10 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.upstream.reconcile import as_line, cutoff
 
-    now = datetime.now(UTC)
-    before = cutoff(args.older_than, now=now)
     with opened_store(args.store or settings.result_store_url, settings) as store:
+        # Ages by the store's clock, which stamped every entry, never this machine's.
+        now = store.ledger_now()
+        before = cutoff(args.older_than, now=now)
         entries = store.unrecorded(published_before=before)
         if args.republish:
             found = _republish(entries, store, settings, now=now)
