@@ -42,8 +42,9 @@ def register(commands: Any) -> None:
             example="reconcile --older-than 10m --republish",
             details="Every message `publish` or worker.client sends is first noted in the "
             "publish ledger of the workers' store; the worker's record (or dead letter) closes "
-            "its entry. Print one JSON line per message published longer ago than --older-than "
-            "whose entry is still open: lost between the publisher and the store (a broker "
+            "its entry. Print one JSON line per message noted longer ago than --older-than "
+            "(by the store's clock, never a publisher's) whose entry is still open: lost "
+            "between the publisher and the store (a broker "
             "that crashed, a worker killed as it took the message). Exit 3 when there is any. "
             "--older-than must be longer than messages wait in the queue. With --republish, "
             "send each again under a new task id (it lands as a miss, or a hit: the same "

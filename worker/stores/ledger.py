@@ -3,7 +3,7 @@
 A publisher notes each message (its write id, case ID, input hash, time and body) before it
 sends the task; the store's record write (the same Lua call on Redis, the same transaction on
 SQLite) closes the entry of the write id it records, and a dead letter closes its own. An
-entry still open long after its publish time is a message that was lost between the
+entry still open long after the store noted it is a message that was lost between the
 publisher and the store (a broker that died without persistence, the pop window of kombu's
 Redis transport): `evidence-worker reconcile` lists it, and `--republish` sends its body again.
 
