@@ -148,3 +148,46 @@ def procfile(name: str) -> list[str]:
 def procfile_worker() -> list[str]:
     """The Procfile's worker command as argv."""
     return procfile("worker")
+
+
+def age_ledger(store: Any, by: timedelta) -> None:
+    """Move every open ledger entry's noted time `by` into the past, as if the store's clock
+    had run on: a store stamps entries by its own clock (Redis TIME, SQLite's machine), which
+    a test cannot set."""
+    from worker.stores.sqlite import SQLiteStore
+    from worker.stores.sqlite_transaction import immediate
+
+    store = getattr(store, "inner", store)  # a DurableStore's
+    if isinstance(store, SQLiteStore):
+        with immediate(store._db) as db:
+            db.execute("UPDATE ledger SET published_at = published_at - ?", (by.total_seconds(),))
+        return
+    shift = by.total_seconds() * 1000
+    for ledger in store.keys.ledgers():
+        members = store.client.zrange(ledger, 0, -1, withscores=True)
+        if members:
+            store.client.zadd(ledger, {member: score - shift for member, score in members})
+
+
+def publisher_clock(monkeypatch: Any, offset: timedelta) -> datetime:
+    """Set this process's clock, as the package reads it (`datetime.now` in every module of
+    `worker` and `contracts`), `offset` off: a publisher whose clock is wrong. The stores'
+    clocks are not touched: Redis's TIME is the server's, and the SQLite ledger reads
+    time.time(), standing for the machine the store's file is on. Returns the skewed now."""
+    import sys
+
+    real = datetime
+
+    class Skewed(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Skewed:
+            moment = real.now(tz) + offset
+            return cls.fromtimestamp(moment.timestamp(), moment.tzinfo)
+
+    for name, module in list(sys.modules.items()):
+        if (
+            name.split(".")[0] in {"worker", "contracts"}
+            and getattr(module, "datetime", None) is real
+        ):
+            monkeypatch.setattr(module, "datetime", Skewed)
+    return Skewed.now(UTC)

@@ -9,6 +9,7 @@ from itertools import islice
 import pytest
 
 from tests.conftest import FIXED_NOW
+from tests.factories import age_ledger, publisher_clock
 from tests.factories import ledger_entry as entry
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, OTHER_HASH, StoreFactory, attempt
@@ -33,7 +34,9 @@ def test_entries_stay_open_until_their_write_ids_are_recorded(store: ResultStore
     noted = [entry("t1", 0), entry("t1", 1), entry("t2", 0), entry("t3", 0)]
     store.note_published(noted)
 
-    assert list(store.unrecorded(published_before=FUTURE)) == noted
+    read = list(store.unrecorded(published_before=FUTURE))
+    assert [entry.model_copy(update={"noted_at": None}) for entry in read] == noted
+    assert all(entry.noted_at is not None for entry in read)  # by the store's clock
     store.record(HASH, attempt(1), now=FIXED_NOW, write_id="t1:1")
     store.record_many(
         [(HASH, attempt(2)), (OTHER_HASH, attempt(3))],
@@ -57,12 +60,15 @@ def test_a_replayed_write_closes_its_entry_too(store: ResultStore) -> None:
     assert open_ids(store) == []
 
 
-def test_only_entries_published_before_the_cutoff_are_unrecorded(store: ResultStore) -> None:
-    store.note_published(
-        [entry("old", age=timedelta(minutes=20)), entry("new", age=timedelta(minutes=1))]
-    )
+def test_only_entries_noted_before_the_cutoff_are_unrecorded(store: ResultStore) -> None:
+    """Ages are the store's: noted 20 and 1 minutes ago by its clock, whatever the entries'
+    publish times say."""
+    store.note_published([entry("old", age=timedelta(minutes=-30))])  # published "later"
+    age_ledger(store, timedelta(minutes=19))
+    store.note_published([entry("new", age=timedelta(hours=3))])  # published "earlier"
+    age_ledger(store, timedelta(minutes=1))
 
-    ten_minutes_ago = NOW - timedelta(minutes=10)
+    ten_minutes_ago = store.ledger_now() - timedelta(minutes=10)
     assert open_ids(store, ten_minutes_ago) == ["old:0"]
     assert store.count_unrecorded(published_before=ten_minutes_ago) == 1
     assert open_ids(store) == ["old:0", "new:0"]  # oldest first
@@ -93,7 +99,9 @@ def test_close_entries_closes_exactly_those(store: ResultStore) -> None:
 
 def test_entries_past_the_time_to_live_are_forgotten(make_store: StoreFactory) -> None:
     store = make_store(ledger_ttl_seconds=60)
-    store.note_published([entry("expired", age=timedelta(minutes=2)), entry("live")])
+    store.note_published([entry("expired")])
+    age_ledger(store, timedelta(minutes=2))
+    store.note_published([entry("live", age=timedelta(minutes=2))])  # its publish time: no matter
 
     assert open_ids(store) == ["live:0"]
     assert store.count_unrecorded(published_before=FUTURE) == 1
@@ -131,8 +139,49 @@ def test_entries_closed_while_they_are_read_do_not_shift_the_rest(store: ResultS
         seen += [e.write_id for e in page]
         store.close_entries([e.write_id for e in page])
 
-    assert seen == [f"t{n:05d}:0" for n in range(count)]
+    # Each once; a cluster's shards are noted one after the other, so read in that order.
+    assert sorted(seen) == [f"t{n:05d}:0" for n in range(count)]
+    assert len(set(seen)) == len(seen)
     assert open_ids(store) == []
+
+
+LOST = 500
+
+
+def test_a_publisher_25_hours_ahead_makes_the_store_forget_no_entry(
+    store: ResultStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's repro: 500 lost messages open for 20 minutes, then a publisher whose clock
+    ran 25 h ahead (past the 24 h time to live) notes 10. Trimmed by the publisher's clock,
+    the 500 were forgotten and reconcile listed 0; by the store's, all 500 are still listed
+    (the 10 are too new to count), and so by that publisher's own reconcile."""
+    lost = [entry(f"lost-{n:03d}") for n in range(LOST)]
+    store.note_published(lost)
+    age_ledger(store, timedelta(minutes=20))
+
+    ahead = publisher_clock(monkeypatch, timedelta(hours=25))
+    store.note_published([entry(f"ahead-{n}", published_at=ahead) for n in range(10)])
+    before = store.ledger_now() - timedelta(minutes=10)
+
+    assert store.count_unrecorded(published_before=before) == LOST
+    assert sorted(open_ids(store, before)) == [e.write_id for e in lost]
+    assert store.count_unrecorded(published_before=store.ledger_now()) == LOST + 10
+
+
+def test_a_publisher_2_hours_behind_makes_no_waiting_message_look_lost(
+    store: ResultStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 messages from a publisher whose clock is 2 h behind, just noted: none is older
+    than 10 minutes (the publish times said 2 h); 11 minutes on, by the store's clock, all are."""
+    behind = publisher_clock(monkeypatch, timedelta(hours=-2))
+    noted = [entry(f"behind-{n:03d}", published_at=behind) for n in range(100)]
+    store.note_published(noted)
+
+    assert store.count_unrecorded(published_before=store.ledger_now() - timedelta(minutes=10)) == 0
+    age_ledger(store, timedelta(minutes=11))
+    before = store.ledger_now() - timedelta(minutes=10)
+    assert store.count_unrecorded(published_before=before) == 100
+    assert sorted(open_ids(store, before)) == [e.write_id for e in noted]
 
 
 def test_redis_entry_and_its_index_go_in_the_record_call(make_redis_store: StoreFactory) -> None:

@@ -8,6 +8,7 @@ versions of the defaults that take the same paths.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import time
@@ -25,6 +26,7 @@ from tests.integration import worker_harness as harness
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.worker_harness import (
     BROKER_URL,
+    STORE_URL,
     Line,
     RedisServer,
     Worker,
@@ -36,7 +38,10 @@ from tests.integration.worker_harness import (
     unacked_task_ids,
 )
 from worker.bench.launch import worker_command
+from worker.cli import main
+from worker.cli.exit_codes import OK
 from worker.runtime.consumer import guard_redis_transport
+from worker.settings import DEAD_LETTER_MAX_BYTES
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
@@ -154,13 +159,40 @@ def test_a_broker_that_stops_replying_costs_a_bounded_pause_and_no_message(
     assert resumed_seconds < RESUME_BOUND_SECONDS
 
 
+def envelope(headers: dict[str, Any], properties: dict[str, Any]) -> bytes:
+    """A kombu envelope as its Redis transport writes one, with these headers and
+    properties."""
+    return json.dumps(
+        {
+            "body": "W1tdLCB7fSwge31d",  # [[], {}, {}] in base64
+            "content-type": "application/json",
+            "content-encoding": "utf-8",
+            "headers": headers,
+            "properties": {
+                "body_encoding": "base64",
+                "delivery_tag": "junk-tag",
+                "delivery_info": {"exchange": "", "routing_key": "q"},
+                **properties,
+            },
+        }
+    ).encode()
+
+
 NOT_JSON = "not a message envelope: the queue item is not JSON"
 NOT_KOMBU = "not a message envelope: the queue item is JSON but kombu cannot read it as a message"
-# Raw items no kombu client would push, and the reason each one's record must give.
+WRONG_TYPE = "not a message envelope: the queue item is JSON but its"
+# Raw items no kombu client would push, and the reason each one's record must give. The last
+# two raised TypeError (unhashable) in the event loop: the worker exited, the item was gone.
 JUNK = {
     b"not json": f"{NOT_JSON} (Expecting value: line 1 column 1 (char 0))",
     b'{"a":1}': f"{NOT_KOMBU} (KeyError: 'properties')",
     b"\x80\x81 binary \x00 bytes": f"{NOT_JSON} (Expecting value: line 1 column 1 (char 0))",
+    envelope({"task": ["evidence_coverage.score"], "id": "junk-1"}, {}): (
+        f"{WRONG_TYPE} headers.task is a list, not text"
+    ),
+    envelope({"task": "evidence_coverage.score", "id": "junk-2"}, {"delivery_tag": [1]}): (
+        f"{WRONG_TYPE} properties.delivery_tag is a list, not text"
+    ),
 }
 JUNK_ITEMS = list(JUNK)
 
@@ -173,8 +205,8 @@ def test_items_that_are_not_messages_are_dead_lettered_and_the_worker_keeps_cons
     store: RedisStore,
     message_dict: MessageFactory,
 ) -> None:
-    """Three raw items pushed onto the queue's list between five messages: five scored, three
-    rejected with a reason naming what they were, three dead letters holding them whole."""
+    """Five raw items pushed onto the queue's list between five messages: five scored, five
+    rejected with a reason naming what they were, five dead letters holding them whole."""
     worker = procfile_worker(start_worker, queue)
     worker.wait_ready()
     messages = distinct(message_dict, "valid", 5)
@@ -203,6 +235,74 @@ def test_items_that_are_not_messages_are_dead_lettered_and_the_worker_keeps_cons
         (item.decode("utf-8", "replace"), reason) for item, reason in JUNK.items()
     )
     check_first_outcomes(store, messages, lines)
+    assert queue_length(BROKER_URL, queue) == 0
+    assert unacked_count(BROKER_URL, queue) == 0
+
+
+# The issue's poison item: a kombu envelope whose headers nest `[` 100,000 deep. kombu's JSON
+# raised RecursionError on it in the event loop: the worker exited and the item was gone.
+DEEP = 100_000
+DEEP_ITEM = json.dumps(
+    {
+        "body": "W1tdLCB7fSwge31d",
+        "content-type": "application/json",
+        "content-encoding": "utf-8",
+        "headers": {"task": "evidence_coverage.score", "id": "deep-1", "x": "DEEP"},
+        "properties": {
+            "body_encoding": "base64",
+            "delivery_tag": "deep-tag",
+            "delivery_info": {"exchange": "", "routing_key": "q"},
+        },
+    }
+).replace('"DEEP"', "[" * DEEP + "]" * DEEP)
+TOO_DEEP = "not a message envelope: the queue item nests deeper than 64 levels"
+
+
+@pytest.mark.timeout(180)
+def test_an_item_nested_a_hundred_thousand_deep_is_dead_lettered_and_the_worker_goes_on(
+    start_worker: Callable[..., Worker],
+    publisher: Callable[..., Celery],
+    queue: str,
+    store: RedisStore,
+    key_prefix: str,
+    message_dict: MessageFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The poison item pushed first, then ten messages: the worker stays up, the item is one
+    rejected record and one dead letter (`dead-letters list` shows it; its first bytes, size
+    and digest are kept), and every message is scored once."""
+    worker = procfile_worker(start_worker, queue)
+    worker.wait_ready()
+    messages = distinct(message_dict, "after-deep", 10)
+    client = redis.Redis.from_url(BROKER_URL)
+    try:
+        client.lpush(queue, DEEP_ITEM)
+    finally:
+        client.close()
+    send_scores(publisher(), queue, messages)
+
+    lines = worker.wait_for(len(messages) + 1, timeout=60)
+
+    assert worker.alive()
+    assert scored_cases(lines) == {m["case_id"] for m in messages}
+    assert len([line for line in lines if line["event"] == SCORED]) == len(messages)
+    assert [line["reason"] for line in lines if line["event"] == REJECTED] == [TOO_DEEP]
+    check_first_outcomes(store, messages, lines)
+    monkeypatch.setenv("EVIDENCE_STORE_URL", STORE_URL)
+    monkeypatch.setenv("EVIDENCE_KEY_PREFIX", key_prefix)
+    capsys.readouterr()
+    assert main(["dead-letters", "list"]) == OK
+    (listed,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (listed["reason"], listed["case_id"], listed["truncated"]) == (TOO_DEEP, None, True)
+    (letter,) = store.dead_letters()
+    # Too large to keep whole: its first EVIDENCE_DEAD_LETTER_MAX_BYTES, its size and digest.
+    assert (letter.error, letter.body, letter.body_bytes, letter.body_sha256) == (
+        TOO_DEEP,
+        DEEP_ITEM[:DEAD_LETTER_MAX_BYTES],
+        len(DEEP_ITEM),
+        hashlib.sha256(DEEP_ITEM.encode()).hexdigest(),
+    )
     assert queue_length(BROKER_URL, queue) == 0
     assert unacked_count(BROKER_URL, queue) == 0
 

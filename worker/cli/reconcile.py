@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import add_worker_store_option, describe, dumps_line, opened_store
@@ -42,8 +42,9 @@ def register(commands: Any) -> None:
             example="reconcile --older-than 10m --republish",
             details="Every message `publish` or worker.client sends is first noted in the "
             "publish ledger of the workers' store; the worker's record (or dead letter) closes "
-            "its entry. Print one JSON line per message published longer ago than --older-than "
-            "whose entry is still open: lost between the publisher and the store (a broker "
+            "its entry. Print one JSON line per message noted longer ago than --older-than "
+            "(by the store's clock, never a publisher's) whose entry is still open: lost "
+            "between the publisher and the store (a broker "
             "that crashed, a worker killed as it took the message). Exit 3 when there is any. "
             "--older-than must be longer than messages wait in the queue. With --republish, "
             "send each again under a new task id (it lands as a miss, or a hit: the same "
@@ -68,9 +69,10 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.upstream.reconcile import as_line, cutoff
 
-    now = datetime.now(UTC)
-    before = cutoff(args.older_than, now=now)
     with opened_store(args.store or settings.result_store_url, settings) as store:
+        # Ages by the store's clock, which stamped every entry, never this machine's.
+        now = store.ledger_now()
+        before = cutoff(args.older_than, now=now)
         entries = store.unrecorded(published_before=before)
         if args.republish:
             found = _republish(entries, store, settings, now=now)

@@ -27,6 +27,7 @@ from worker.constants import SCORE_BATCH
 from worker.errors import TransientError
 from worker.observability.logging import get_logger
 from worker.pipeline.scoring import Delivery
+from worker.settings import Settings
 from worker.stores.durable import impatient
 
 # Room for Celery's envelope around one message: [[message], {}, {callbacks...}].
@@ -49,7 +50,7 @@ def wrap_foreign_item(item: bytes | str, problem: str, queue: str) -> str:
     put in the unacked hash like any other, so it is rejected, dead-lettered and acked, or,
     with the store down, redelivered after the visibility timeout.
     """
-    raw = item.encode("utf-8", "surrogateescape") if isinstance(item, str) else item
+    raw = item if isinstance(item, bytes) else _utf8(item)
     return json.dumps(
         {
             "body": base64.b64encode(raw).decode("ascii"),
@@ -68,19 +69,46 @@ def wrap_foreign_item(item: bytes | str, problem: str, queue: str) -> str:
     )
 
 
-def foreign_item_problem(item: bytes | str, channel: Any) -> str | None:
-    """Why kombu could not turn this queue item into a message (None when it can).
+def _utf8(text: str) -> bytes:
+    """Text as bytes, even with lone surrogates (as bytes they decoded from, when escaped)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
-    The same steps kombu takes (text, JSON, then its Message built from the dict), so
-    whatever would raise there is caught here: not JSON, JSON that is not an object, an
-    object without kombu's properties and delivery tag, a body its encoding cannot decode.
+
+def item_limit(max_message_bytes: int, max_batch_bytes: int) -> int:
+    """The largest queue item the guard decodes: twice the largest body a task takes, as
+    kombu's Redis transport stores a body in base64 (4/3 of its size) beside small headers.
+    A larger item is no message the worker would take; it is dead-lettered undecoded."""
+    return 2 * max(max_message_bytes + ENVELOPE_BYTES, max_batch_bytes)
+
+
+def foreign_item_problem(
+    item: bytes | str, channel: Any, max_bytes: int | None = None
+) -> str | None:
+    """Why kombu or Celery could not take this queue item as a message (None when they can).
+
+    It runs in the worker's event loop, where anything raised stops the worker with the item
+    already popped and gone, so it never raises: an error of its own names the item's problem
+    too. An item over `max_bytes` is not decoded at all, and nesting is bounded before
+    anything walks the decoded item.
     """
     try:
-        # kombu decodes with errors='replace' first, so bad UTF-8 fails as JSON, if at all.
-        text = item.decode(errors="replace") if isinstance(item, bytes) else item
-        payload = kombu_json.loads(text)  # type: ignore[no-untyped-call]
-    except ValueError as error:
-        return f"not a message envelope: the queue item is not JSON ({error})"
+        return _item_problem(item, channel, max_bytes)
+    except Exception as error:
+        return (
+            "not a message envelope: the queue item could not be checked "
+            f"({type(error).__name__}: {error})"
+        )
+
+
+def _item_problem(item: bytes | str, channel: Any, max_bytes: int | None) -> str | None:
+    """The steps kombu takes (text, JSON, then its Message built from the dict), then the
+    types of the fields kombu and Celery read in the event loop before any check of theirs."""
+    problem, payload = _decoded(item, max_bytes)
+    if problem is not None:
+        return problem
     try:
         channel.Message(payload, channel=channel)
     except Exception as error:  # anything kombu's Message raises would stop the worker
@@ -88,7 +116,106 @@ def foreign_item_problem(item: bytes | str, channel: Any) -> str | None:
             "not a message envelope: the queue item is JSON but kombu cannot read it as a "
             f"message ({type(error).__name__}: {error})"
         )
+    wrong = _wrong_field(payload)
+    return None if wrong is None else f"not a message envelope: the queue item is JSON but {wrong}"
+
+
+def _decoded(item: bytes | str, max_bytes: int | None) -> tuple[str | None, Any]:
+    """The item's problem as text or JSON (None), and its decoded JSON when it has none."""
+    if not isinstance(item, bytes | str):
+        return f"not a message envelope: the queue item is a {type(item).__name__}, not text", None
+    size = len(item) if isinstance(item, bytes) else len(_utf8(item))
+    if max_bytes is not None and size > max_bytes:
+        return (
+            f"not a message envelope: the queue item is {size} bytes, over the "
+            f"{max_bytes}-byte limit",
+            None,
+        )
+    # kombu decodes with errors='replace' first, so bad UTF-8 fails as JSON, if at all.
+    text = item.decode(errors="replace") if isinstance(item, bytes) else item
+    too_deep = f"not a message envelope: the queue item nests deeper than {MAX_NESTING} levels"
+    try:
+        payload = kombu_json.loads(text)  # type: ignore[no-untyped-call]
+    except RecursionError:  # the interpreter's own bound on nesting, met while decoding
+        return too_deep, None
+    except ValueError as error:
+        return f"not a message envelope: the queue item is not JSON ({error})", None
+    # A real envelope nests three levels (its body is text), and depth <= the number of
+    # opening brackets, so a real item skips the walk. Celery pickles the headers for the
+    # pool, and pickle runs out of stack a few hundred levels down.
+    if text.count("[") + text.count("{") > MAX_NESTING and nests_deeper(payload):
+        return too_deep, None
+    return None, payload
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _text_or_null(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _object_or_null(value: Any) -> bool:
+    return value is None or isinstance(value, dict)
+
+
+def _count_or_null(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _time_limits(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(
+            limit is None or (isinstance(limit, int | float) and not isinstance(limit, bool))
+            for limit in value
+        )
+    )
+
+
+# Headers Celery's task protocol 2 writes as text (or null), read in the event loop: a list
+# where it reads the task name raises TypeError ("unhashable") there, and the worker exits.
+TEXT_HEADERS = (
+    "task", "id", "eta", "expires", "root_id", "parent_id", "group", "argsrepr", "kwargsrepr",
+    "origin", "shadow", "lang",
+)  # fmt: skip
+
+# The envelope's fields that kombu (filing the message in the unacked hash) and Celery
+# (reading its headers) use unchecked, each with the test it must pass and what it must be.
+ENVELOPE_FIELDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
+    (("properties", "delivery_tag"), _text, "text"),
+    (("properties", "delivery_info"), _object, "an object"),
+    (("properties", "delivery_info", "exchange"), _text, "text"),
+    (("properties", "delivery_info", "routing_key"), _text, "text"),
+    (("content-type",), _text_or_null, "text"),
+    (("content-encoding",), _text_or_null, "text"),
+    (("headers",), _object_or_null, "an object"),
+    *((("headers", key), _text_or_null, "text") for key in TEXT_HEADERS),
+    (("headers", "retries"), _count_or_null, "a whole number"),
+    (("headers", "timelimit"), _time_limits, "[soft, hard] seconds"),
+)
+
+
+def _wrong_field(payload: dict[str, Any]) -> str | None:
+    """Which field of a decoded envelope has a type kombu or Celery would raise on."""
+    for path, fits, wanted in ENVELOPE_FIELDS:
+        value: Any = payload
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if not fits(value):
+            return _named(".".join(path), value, wanted)
     return None
+
+
+def _named(field: str, value: Any, wanted: str) -> str:
+    found = "null" if value is None else f"a {type(value).__name__}"
+    return f"its {field} is {found}, not {wanted}"
 
 
 def guard_brpop_reply(
@@ -99,10 +226,10 @@ def guard_brpop_reply(
     if not reply:
         return reply
     list_name, item = reply
-    problem = foreign_item_problem(item, channel)
+    problem = foreign_item_problem(item, channel, getattr(channel, "max_item_bytes", None))
     if problem is None:
         return reply
-    name = list_name.decode() if isinstance(list_name, bytes) else str(list_name)
+    name = list_name.decode(errors="replace") if isinstance(list_name, bytes) else str(list_name)
     queue = name.rsplit(channel.sep, 1)[0]  # the list of a priority level is queue+sep+n
     return (list_name, wrap_foreign_item(item, problem, queue))
 
@@ -113,6 +240,13 @@ class GuardedRedisChannel(kombu_redis.Channel):
     The check sits in redis-py's reply callback for BRPOP, the one step between the server's
     reply and kombu's `loads`, so no kombu code is copied here.
     """
+
+    # With the default EVIDENCE_MAX_MESSAGE_BYTES and EVIDENCE_MAX_BATCH_BYTES; the worker's
+    # transport gets a subclass with its own settings' (guard_redis_transport).
+    max_item_bytes: ClassVar[int] = item_limit(
+        int(Settings.model_fields["max_message_bytes"].default),
+        int(Settings.model_fields["max_batch_bytes"].default),
+    )
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if self.connection is None or self.connection.client is None:
@@ -130,18 +264,21 @@ class GuardedRedisChannel(kombu_redis.Channel):
         return client
 
 
-def guard_redis_transport(transport: Any) -> None:
-    """Give a kombu Redis transport (Sentinel too) channels with the BRPOP guard."""
+def guard_redis_transport(transport: Any, item_bytes: int | None = None) -> None:
+    """Give a kombu Redis transport (Sentinel too) channels with the BRPOP guard, which
+    decodes items of at most `item_bytes` (GuardedRedisChannel's default when None)."""
     base = getattr(transport, "Channel", None)
     if not (isinstance(base, type) and issubclass(base, kombu_redis.Channel)):
         return  # AMQP and others: the broker itself never hands over a non-message
     if issubclass(base, GuardedRedisChannel):
         return
-    guarded = (
+    guarded: type[GuardedRedisChannel] = (
         GuardedRedisChannel
         if base is kombu_redis.Channel
         else type(f"Guarded{base.__name__}", (GuardedRedisChannel, base), {})
     )
+    if item_bytes is not None and item_bytes != guarded.max_item_bytes:
+        guarded = type(guarded.__name__, (guarded,), {"max_item_bytes": item_bytes})
     # The instance attribute wins over the class's for this connection alone: publishers
     # and other connections keep kombu's channel.
     transport.Channel = guarded
@@ -205,7 +342,11 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
         """The consuming connection, its Redis channels guarded before the first one exists
         (kombu opens one while connecting, and keeps it for consuming)."""
         connection = self.app.connection_for_read(heartbeat=heartbeat)
-        guard_redis_transport(connection.transport)
+        settings = self.app.settings
+        guard_redis_transport(
+            connection.transport,
+            item_limit(int(settings.max_message_bytes), int(settings.max_batch_bytes)),
+        )
         return self.ensure_connected(connection)
 
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:

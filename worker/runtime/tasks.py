@@ -235,7 +235,7 @@ def reconcile(self: Task, older_than_seconds: int | None = None) -> dict[str, in
 
     service = self.app.service()
     seconds = older_than_seconds or service.settings.reconcile_older_than_seconds
-    before = cutoff(timedelta(seconds=seconds))
+    before = cutoff(timedelta(seconds=seconds), now=service.store.ledger_now())
     count = service.store.count_unrecorded(published_before=before)
     service.metrics.ledger_unrecorded(count)
     if count:

@@ -155,6 +155,9 @@ class DurableStore(RecordOne):
     def still_open(self, write_ids: Sequence[str]) -> set[str]:
         return self.inner.still_open(write_ids)
 
+    def ledger_now(self) -> datetime:
+        return self.inner.ledger_now()
+
     def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
         return self.inner.unrecorded(published_before=published_before)
 

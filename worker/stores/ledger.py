@@ -3,7 +3,7 @@
 A publisher notes each message (its write id, case ID, input hash, time and body) before it
 sends the task; the store's record write (the same Lua call on Redis, the same transaction on
 SQLite) closes the entry of the write id it records, and a dead letter closes its own. An
-entry still open long after its publish time is a message that was lost between the
+entry still open long after the store noted it is a message that was lost between the
 publisher and the store (a broker that died without persistence, the pop window of kombu's
 Redis transport): `evidence-worker reconcile` lists it, and `--republish` sends its body again.
 
@@ -11,6 +11,12 @@ Noting before sending means a message can never be in flight without an entry. A
 that dies between the two leaves an entry for a message it never sent, which reconcile then
 sends: what the publisher meant to do. Entries are kept for EVIDENCE_LEDGER_TTL_SECONDS and
 then forgotten, recorded or not.
+
+Every age is judged on the store's clock, never a publisher's: the store stamps each entry as
+it notes it (Redis TIME in the script; the local clock for a SQLite file), forgets entries and
+answers reconcile by that stamp. A publisher whose clock ran 25 h ahead used to trim the whole
+ledger with its note (500 lost messages no longer listed), and one 2 h behind made messages
+still in the queue look lost.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 def write_id(task_id: str, position: int) -> str:
@@ -44,8 +50,10 @@ class LedgerEntry(BaseModel):
     position: int
     case_id: str
     input_hash: str
-    published_at: datetime
+    published_at: datetime  # by the publisher's clock: shown, never compared
     body: str  # the message's JSON text, as validated and sent
+    # When the store noted it, by the store's clock; set as entries are read, not stored.
+    noted_at: datetime | None = Field(default=None, exclude=True)
 
     @property
     def write_id(self) -> str:
@@ -60,9 +68,14 @@ class Ledger(Protocol):
         forgets entries older than the ledger's time to live."""
         ...
 
+    def ledger_now(self) -> datetime:
+        """The store's clock, by which entries are stamped as noted and forgotten."""
+        ...
+
     def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
-        """Open entries published before `published_before`, oldest first, read a page at a
-        time: messages neither recorded nor dead-lettered since."""
+        """Open entries noted before `published_before` (a time on the store's clock, see
+        ledger_now()), oldest first, read a page at a time: messages neither recorded nor
+        dead-lettered since."""
         ...
 
     def count_unrecorded(self, *, published_before: datetime) -> int:

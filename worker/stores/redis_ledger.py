@@ -20,19 +20,23 @@ T = TypeVar("T")
 
 LEDGER_PAGE = 1000  # open entries per read while reconcile walks the ledger
 
-# KEYS: the ledger, then each entry's task hash. ARGV: time to live (seconds), the publish
-# time before which entries are forgotten (ms), then per entry: position, entry JSON,
-# publish time (ms), write id. One call per chunk of a publish: a single command per chunk,
-# then the replicas' wait in the same pipeline: a message is sent once its note is on them.
+# KEYS: the ledger, then each entry's task hash. ARGV: time to live (seconds), then per
+# entry: position, entry JSON, write id. One call per chunk of a publish: a single command per
+# chunk, then the replicas' wait in the same pipeline: a message is sent once its note is on
+# them. Entries are scored, and forgotten, by the server's clock (TIME), never the
+# publisher's: one publisher 25 h ahead trimmed the whole ledger. TIME before writes needs
+# effects replication, the default since Redis 5 (the stores need 5 for streams anyway).
 NOTE_LUA = """
-local ttl = ARGV[1]
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local ttl = tonumber(ARGV[1])
 for i = 2, #KEYS do
-  local at = 2 + 4 * (i - 2)
+  local at = 1 + 3 * (i - 2)
   redis.call('HSET', KEYS[i], ARGV[at + 1], ARGV[at + 2])
   redis.call('EXPIRE', KEYS[i], ttl)
-  redis.call('ZADD', KEYS[1], ARGV[at + 3], ARGV[at + 4])
+  redis.call('ZADD', KEYS[1], now, ARGV[at + 3])
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl * 1000))
 return #KEYS - 1
 """
 # KEYS: the ledger, the task hash. ARGV: task ID, then positions ('' alone: every entry of the
@@ -55,6 +59,10 @@ return #positions
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def _from_ms(ms: float) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 class RedisLedger:
@@ -86,18 +94,16 @@ class RedisLedger:
     def _note_calls(self, entries: Sequence[LedgerEntry]) -> list[tuple[list[str], list[Any]]]:
         """NOTE_LUA's keys and arguments, one call per ledger (one on a single Redis; per
         shard on a Redis Cluster, whose ledger keys share a shard with their task's)."""
-        forget_before = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
         by_ledger: dict[str, list[LedgerEntry]] = defaultdict(list)
         for entry in entries:
             by_ledger[self.keys.ledger_of(entry.task_id)].append(entry)
         calls = []
         for ledger, noted in by_ledger.items():
             keys = [ledger]
-            args: list[Any] = [self.ledger_ttl_seconds, forget_before]
+            args: list[Any] = [self.ledger_ttl_seconds]
             for entry in noted:
                 keys.append(self.keys.ledger_task(entry.task_id))
-                args += (entry.position, entry.model_dump_json(), _ms(entry.published_at))
-                args.append(entry.write_id)
+                args += (entry.position, entry.model_dump_json(), entry.write_id)
             calls.append((keys, args))
         return calls
 
@@ -126,8 +132,15 @@ class RedisLedger:
     def _closes_of(self, letters: Sequence[DeadLetter]) -> list[tuple[str, int | None]]:
         return [(letter.task_id, letter.position) for letter in letters if letter.task_id]
 
+    def ledger_now(self) -> datetime:
+        """The server's clock (TIME), which NOTE_LUA stamps entries by. A Redis Cluster's
+        answer comes from one of its masters: their clocks are the store's, kept together by
+        whoever runs them, unlike every publisher's."""
+        seconds, microseconds = self._call(self.client.time)
+        return datetime.fromtimestamp(seconds + microseconds / 1_000_000, UTC)
+
     def count_unrecorded(self, *, published_before: datetime) -> int:
-        live_since = _ms(datetime.now(UTC)) - self.ledger_ttl_seconds * 1000
+        live_since = _ms(self.ledger_now()) - self.ledger_ttl_seconds * 1000
 
         def count() -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
@@ -138,17 +151,24 @@ class RedisLedger:
         return sum(int(found) for found in self._call(count))
 
     def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
-        """Every ledger's entries (a Redis Cluster's store has one per shard) merged by publish
-        time."""
-        ledgers = [self._unrecorded_in(ledger, published_before) for ledger in self.keys.ledgers()]
+        """Every ledger's entries (a Redis Cluster's store has one per shard) merged by the time
+        the store noted them; those past the time to live are not read, as NOTE_LUA would have
+        forgotten them (a shard forgets only as it is written to)."""
+        live_since = _ms(self.ledger_now()) - self.ledger_ttl_seconds * 1000
+        ledgers = [
+            self._unrecorded_in(ledger, published_before, live_since)
+            for ledger in self.keys.ledgers()
+        ]
         if len(ledgers) == 1:
             return ledgers[0]
-        return heapq.merge(*ledgers, key=lambda entry: entry.published_at)
+        return heapq.merge(*ledgers, key=lambda entry: (entry.noted_at, entry.write_id))
 
-    def _unrecorded_in(self, ledger: str, published_before: datetime) -> Iterator[LedgerEntry]:
-        """Pages by publish time (not by offset, which entries closed meanwhile would shift);
+    def _unrecorded_in(
+        self, ledger: str, published_before: datetime, live_since: int
+    ) -> Iterator[LedgerEntry]:
+        """Pages by noted time (not by offset, which entries closed meanwhile would shift);
         an entry whose task hash has expired is forgotten on the way."""
-        low: str | float = "-inf"
+        low: str | float = live_since
         seen: set[bytes] = set()  # members yielded already whose score is `low`
         while True:
             wanted = LEDGER_PAGE + len(seen)
@@ -159,7 +179,7 @@ class RedisLedger:
                 )
 
             page = cast("list[tuple[bytes, float]]", self._call(read))
-            fresh = [member.decode() for member, _ in page if member not in seen]
+            fresh = {member.decode(): score for member, score in page if member not in seen}
             yield from self._entries(ledger, fresh)
             if not fresh or len(page) < wanted:
                 return
@@ -169,7 +189,8 @@ class RedisLedger:
             seen |= {member for member, score in page if score == top}
             low = top
 
-    def _entries(self, ledger: str, write_ids: list[str]) -> Iterator[LedgerEntry]:
+    def _entries(self, ledger: str, write_ids: dict[str, float]) -> Iterator[LedgerEntry]:
+        """The entries of `write_ids` (each with its score: when the store noted it)."""
         by_task: dict[str, list[str]] = defaultdict(list)
         for write_id in write_ids:
             task_id, position = task_and_position(write_id)
@@ -189,7 +210,8 @@ class RedisLedger:
                     gone.append(f"{task_id}:{position}")
                 else:
                     entry = LedgerEntry.model_validate_json(value)
-                    found[entry.write_id] = entry
+                    noted_at = _from_ms(write_ids[f"{task_id}:{position}"])
+                    found[entry.write_id] = entry.model_copy(update={"noted_at": noted_at})
         if gone:  # closed since the page was read, or expired: forget the expired ones
             still = self._call(lambda: self.client.zmscore(ledger, gone))
             expired = [

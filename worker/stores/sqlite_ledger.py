@@ -4,14 +4,17 @@ the record transaction deletes the rows of the write ids it records."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from worker.stores.base import DeadLetter
 from worker.stores.ledger import LedgerEntry
 from worker.stores.sqlite_transaction import immediate
 
-# published_at: seconds since the epoch, for the range scans by age.
+# published_at: when the store noted the entry (not the publisher's publish time, which is in
+# `entry`), in seconds since the epoch, for the range scans by age. The column kept its name
+# from schema version 3; rows noted before this change hold the publisher's time.
 LEDGER_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger (
         write_id TEXT PRIMARY KEY,
@@ -31,20 +34,23 @@ class SQLiteLedger:
     _db: sqlite3.Connection
     ledger_ttl_seconds: int
 
+    def ledger_now(self) -> datetime:
+        """The store's clock. A SQLite store is a file on this machine, so this machine's
+        clock is the store's; an entry's publish time is the publisher's and never compared."""
+        return datetime.fromtimestamp(time.time(), UTC)
+
     def _forget_before(self) -> float:
-        return (datetime.now(UTC) - timedelta(seconds=self.ledger_ttl_seconds)).timestamp()
+        return self.ledger_now().timestamp() - self.ledger_ttl_seconds
 
     def note_published(self, entries: Sequence[LedgerEntry]) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
         with immediate(self._db) as db:
+            noted_at = self.ledger_now().timestamp()
             db.executemany(
                 "INSERT OR REPLACE INTO ledger (write_id, task_id, published_at, entry)"
                 " VALUES (?, ?, ?, ?)",
-                [
-                    (e.write_id, e.task_id, e.published_at.timestamp(), e.model_dump_json())
-                    for e in entries
-                ],
+                [(e.write_id, e.task_id, noted_at, e.model_dump_json()) for e in entries],
             )
             db.execute("DELETE FROM ledger WHERE published_at < ?", (self._forget_before(),))
 
@@ -86,8 +92,9 @@ class SQLiteLedger:
                 " ORDER BY published_at, write_id LIMIT ?",
                 (*after, published_before.timestamp(), LEDGER_PAGE),
             ).fetchall()
-            for published_at, write_id, text in rows:
-                after = (published_at, write_id)
-                yield LedgerEntry.model_validate_json(text)
+            for noted_at, write_id, text in rows:
+                after = (noted_at, write_id)
+                entry = LedgerEntry.model_validate_json(text)
+                yield entry.model_copy(update={"noted_at": datetime.fromtimestamp(noted_at, UTC)})
             if len(rows) < LEDGER_PAGE:
                 return

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from celery import Celery
 
 
-def cutoff(older_than: timedelta, *, now: datetime | None = None) -> datetime:
-    """The publish time before which an open entry counts as unrecorded."""
-    return (now or datetime.now(UTC)) - older_than
+def cutoff(older_than: timedelta, *, now: datetime) -> datetime:
+    """The time, on the store's clock (`now`: Ledger.ledger_now()), before which an entry
+    noted and still open counts as unrecorded."""
+    return now - older_than
 
 
 def again(entry: LedgerEntry, *, max_message_bytes: int, now: datetime) -> Outgoing:
@@ -77,8 +78,9 @@ def as_line(entry: LedgerEntry, *, now: datetime, republished_as: str | None) ->
         "input_hash": entry.input_hash,
         "task_id": entry.task_id,
         "position": entry.position,
-        "published_at": entry.published_at.isoformat(),
-        "age_seconds": round((now - entry.published_at).total_seconds(), 3),
+        "published_at": entry.published_at.isoformat(),  # by the publisher's clock
+        # By the store's clock (`now` is too): how long ago the store noted it.
+        "age_seconds": round((now - (entry.noted_at or entry.published_at)).total_seconds(), 3),
     }
     if republished_as is not None:
         line["republished_as"] = republished_as

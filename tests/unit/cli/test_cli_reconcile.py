@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import ledger_entry
+from tests.factories import age_ledger, ledger_entry
 from worker.cli import main
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.cli.reconcile import duration
@@ -34,15 +34,14 @@ def test_what_is_not_a_duration(text: str) -> None:
 
 
 def note(path: Path, *ages: timedelta) -> None:
+    """One entry per age (oldest first), each that old by the store's clock."""
     store = SQLiteStore(path)
-    store.note_published(
-        [
-            ledger_entry(
-                f"task-{n}", age=age, case_id=f"case-{n}", body='{"answer": "not printed"}'
-            )
-            for n, age in enumerate(ages)
-        ]
-    )
+    for n, age in enumerate(ages):
+        store.note_published(
+            [ledger_entry(f"task-{n}", case_id=f"case-{n}", body='{"answer": "not printed"}')]
+        )
+        younger = ages[n + 1] if n + 1 < len(ages) else timedelta(0)
+        age_ledger(store, age - younger)
     store.close()
 
 

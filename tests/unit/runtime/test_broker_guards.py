@@ -19,6 +19,7 @@ from worker.runtime.consumer import (
     foreign_item_problem,
     guard_brpop_reply,
     guard_redis_transport,
+    item_limit,
     wrap_foreign_item,
 )
 from worker.settings import Settings
@@ -41,7 +42,11 @@ def kombu_item(body: str = "[[], {}, {}]") -> bytes:
             "content-type": "application/json",
             "content-encoding": "utf-8",
             "headers": {"task": "evidence_coverage.score", "id": "t-1"},
-            "properties": {"delivery_tag": "tag-1", "body_encoding": "utf-8"},
+            "properties": {
+                "delivery_tag": "tag-1",
+                "body_encoding": "utf-8",
+                "delivery_info": {"exchange": "", "routing_key": "q"},
+            },
         }
     ).encode()
 
@@ -98,6 +103,99 @@ def test_a_queue_item_kombu_cannot_read_is_named_for_what_it_is(item: bytes, pro
     assert reason is not None
     assert reason.startswith("not a message envelope: ")
     assert problem in reason
+
+
+def kombu_item_with(path: tuple[str, ...], value: Any) -> bytes:
+    """kombu_item() with the field at `path` set to `value`."""
+    envelope = json.loads(kombu_item())
+    parent = envelope
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return json.dumps(envelope).encode()
+
+
+KOMBU_JSON = "not a message envelope: the queue item is JSON but its"
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        (
+            kombu_item_with(("headers", "task"), ["evidence_coverage.score"]),
+            f"{KOMBU_JSON} headers.task is a list, not text",
+        ),
+        (
+            kombu_item_with(("headers", "id"), {"a": 1}),
+            f"{KOMBU_JSON} headers.id is a dict, not text",
+        ),
+        (
+            kombu_item_with(("headers",), [1]),
+            "not a message envelope: the queue item is JSON but kombu cannot read it as a "
+            "message (AttributeError: 'list' object has no attribute 'get')",
+        ),
+        (
+            kombu_item_with(("headers", "retries"), True),
+            f"{KOMBU_JSON} headers.retries is a bool, not a whole number",
+        ),
+        (
+            kombu_item_with(("headers", "timelimit"), [1, 2, 3]),
+            f"{KOMBU_JSON} headers.timelimit is a list, not [soft, hard] seconds",
+        ),
+        (
+            kombu_item_with(("properties", "delivery_tag"), [1]),
+            f"{KOMBU_JSON} properties.delivery_tag is a list, not text",
+        ),
+        (
+            kombu_item_with(("properties", "delivery_info"), None),
+            f"{KOMBU_JSON} properties.delivery_info is null, not an object",
+        ),
+        (
+            kombu_item_with(("properties", "delivery_info"), {"exchange": ""}),
+            f"{KOMBU_JSON} properties.delivery_info.routing_key is null, not text",
+        ),
+        (kombu_item_with(("content-type",), 7), f"{KOMBU_JSON} content-type is a int, not text"),
+        (
+            b"[" * 100_000 + b"]" * 100_000,
+            "not a message envelope: the queue item nests deeper than 64 levels",
+        ),
+        (
+            b"x" * 1_000_001,
+            "not a message envelope: the queue item is 1000001 bytes, over the 1000000-byte limit",
+        ),
+        (12, "not a message envelope: the queue item is a int, not text"),
+    ],
+    ids=[
+        "task-a-list",
+        "id-an-object",
+        "headers-a-list",
+        "retries-a-bool",
+        "timelimit-of-three",
+        "tag-a-list",
+        "no-delivery-info",
+        "no-routing-key",
+        "content-type-a-number",
+        "nested-100000-deep",
+        "over-the-size-limit",
+        "not-bytes",
+    ],
+)
+def test_an_item_kombu_or_celery_would_raise_on_is_named_exactly(item: Any, reason: str) -> None:
+    """Each would raise in the event loop (kombu filing it as unacknowledged, Celery reading
+    its headers, JSON decoding past the recursion limit) and stop the worker."""
+    assert foreign_item_problem(item, StubChannel(), 1_000_000) == reason
+
+
+def test_the_worker_s_guard_decodes_items_up_to_twice_its_largest_body() -> None:
+    """The default limit, and a transport guarded with the worker's own settings'."""
+    transport = FakeTransport(kombu_redis.Channel)
+
+    guard_redis_transport(transport, item_limit(1_000, 50_000))
+
+    assert GuardedRedisChannel.max_item_bytes == 2 * 33_554_432
+    assert issubclass(transport.Channel, GuardedRedisChannel)
+    assert transport.Channel.max_item_bytes == 100_000
+    assert item_limit(1_000_000, 10) == 2 * (1_000_000 + 4_096)
 
 
 def test_a_kombu_message_passes_the_guard_unchanged() -> None:

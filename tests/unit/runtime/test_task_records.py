@@ -14,7 +14,7 @@ import pytest
 
 from contracts import AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
-from tests.factories import ledger_entry
+from tests.factories import age_ledger, ledger_entry
 from tests.unit.runtime.task_runs import (
     LATER,
     MAX_DELIVERIES,
@@ -287,12 +287,10 @@ def test_redeliveries_are_counted_per_task_id(message_dict: MessageFactory) -> N
 
 
 def test_reconcile_task_counts_and_names_messages_never_recorded(store: FlakyStore) -> None:
-    store.note_published(
-        [
-            ledger_entry(f"t{n}", age=timedelta(minutes=minutes), case_id=f"lost-{n}")
-            for n, minutes in enumerate([30, 20, 1])  # the last is still young
-        ]
-    )
+    # Noted 30, 20 and 1 minutes ago by the store's clock: the last is still young.
+    for n, (minutes, younger) in enumerate([(30, 20), (20, 1), (1, 0)]):
+        store.note_published([ledger_entry(f"t{n}", case_id=f"lost-{n}")])
+        age_ledger(store, timedelta(minutes=minutes - younger))
 
     result, logs = run(reconcile, 600)
 

@@ -12,6 +12,7 @@ import pytest
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from tests.conftest import FIXED_NOW
 from worker.errors import TransientError
 from worker.stores.ledger import LedgerEntry
 from worker.upstream.publishing import Outgoing, send_noted
@@ -48,6 +49,9 @@ class Ledger:
             raise TransientError("Redis at 127.0.0.1:6379 did not answer")
         for write_id in write_ids:
             del self.open[write_id]
+
+    def ledger_now(self) -> datetime:
+        return FIXED_NOW
 
     def unrecorded(self, *, published_before: datetime) -> Iterator[LedgerEntry]:
         return iter(self.open.values())
