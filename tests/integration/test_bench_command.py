@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import redis
@@ -12,6 +14,7 @@ from worker.cli import main
 pytestmark = pytest.mark.integration
 
 BENCH_BROKER = "redis://127.0.0.1:6379/11"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(300)
@@ -72,3 +75,42 @@ def test_bench_rejects_unknown_phases(capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().err == (
         "evidence-worker: --phases: unknown phase(s) warp; use noop,score,batch\n"
     )
+
+
+@pytest.mark.timeout(300)
+def test_bench_runs_the_worker_of_another_checkout_on_its_own_messages(
+    redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--worker-checkout: the worker under test imports that checkout's code (a copy of this
+    one here, whose app leaves a mark), and drains this bench's messages."""
+    checkout = tmp_path / "other"
+    for package in ("worker", "contracts"):
+        shutil.copytree(ROOT / package, checkout / package)
+    mark = tmp_path / "ran-from-the-other-checkout"
+    app = checkout / "worker" / "app.py"
+    app.write_text(app.read_text() + f"\nopen({str(mark)!r}, 'w').close()\n")
+
+    code = main(
+        [
+            "bench",
+            "--messages",
+            "200",
+            "--batch-size",
+            "50",
+            "--broker",
+            BENCH_BROKER,
+            "--phases",
+            "batch",
+            "--pool",
+            "solo",
+            "--worker-checkout",
+            str(checkout),
+            "--json",
+        ]
+    )
+
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert mark.exists()
+    assert [(run["phase"], run["messages"]) for run in summary["runs"]] == [("batch", 200)]
+    assert summary["batch_msgs_per_s"] > 0

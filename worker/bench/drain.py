@@ -171,6 +171,8 @@ class BenchConfig:
     broker_url: str = DEFAULT_BENCH_BROKER
     phases: tuple[str, ...] = PHASES
     store_url: str | None = None  # None: the broker's Redis
+    # Another checkout whose worker is run on this checkout's messages (None: this one's).
+    worker_checkout: Path | None = None
 
 
 class Bench:
@@ -393,6 +395,9 @@ class Bench:
             "EVIDENCE_LOG_FORMAT": "json",
         }
         env.pop("EVIDENCE_ALERT_WEBHOOK_URL", None)
+        checkout = self.config.worker_checkout
+        if checkout is not None:
+            env["PYTHONPATH"] = str(checkout)
         command = worker_command(
             queue,
             hostname=node,
@@ -403,7 +408,12 @@ class Bench:
         )
         stdout = records.open("wb") if records else subprocess.DEVNULL
         return subprocess.Popen(
-            command, env=env, stdout=stdout, stderr=subprocess.DEVNULL, start_new_session=True
+            command,
+            env=env,
+            cwd=checkout,
+            stdout=stdout,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
     @staticmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from worker.cli.common import describe, nonempty, positive_int
@@ -68,6 +69,14 @@ def register(commands: Any) -> None:
         help=f"comma-separated subset of {ALL_PHASES} (default all)",
     )
     parser.add_argument(
+        "--worker-checkout",
+        metavar="DIR",
+        type=Path,
+        help="run the worker under test from this checkout of the project (its own code on "
+        "PYTHONPATH, this interpreter and packages), fed this checkout's messages: two "
+        "versions compared on the same messages (default: this checkout)",
+    )
+    parser.add_argument(
         "--micro", action="store_true", help="only the scoring microbenchmark (no services needed)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -103,10 +112,20 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         phases=phases,
         broker_url=args.broker or settings.bench_broker_url,
         store_url=args.store,
+        worker_checkout=_checkout(args.worker_checkout),
     )
     summary = summarize(Bench(config, progress=lambda line: print(line, file=sys.stderr)).run())
     print(json.dumps(summary) if args.json else _table(summary))
     return OK
+
+
+def _checkout(path: Path | None) -> Path | None:
+    """A checkout's absolute path, once it is seen to hold the worker's Celery app."""
+    if path is None:
+        return None
+    if not (path / "worker" / "app.py").is_file():
+        raise InputError(f"--worker-checkout: {path} holds no worker/app.py: give a checkout")
+    return path.resolve()
 
 
 def _table(values: dict[str, Any]) -> str:

@@ -416,6 +416,10 @@ CASES: dict[str, Case] = {
         ["bench", "--broker", "foo://x"],
         f"{CONFIG}--broker: foo://x: unknown broker scheme 'foo': {BROKER_HINT}",
     ),
+    "bench --worker-checkout not a checkout": Case(
+        ["bench", "--worker-checkout", "/nonexistent"],
+        f"{PROG}: --worker-checkout: /nonexistent holds no worker/app.py: give a checkout",
+    ),
     "bench empty --broker": Case(
         ["bench", "--broker", ""],
         usage("bench", "argument --broker: empty value: use redis://host:port/db"),
