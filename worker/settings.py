@@ -217,7 +217,8 @@ class Settings(BaseSettings):
     max_deliveries: int = Field(
         default=5,
         ge=1,
-        description="a message redelivered more often (its worker keeps dying) is "
+        description="a message redelivered more often without completing (its worker keeps "
+        "dying; a redelivery that records drops the count) is "
         "dead-lettered; a task that keeps failing on a bug records its failing messages as "
         "rejected on that redelivery",
     )

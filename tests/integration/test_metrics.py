@@ -177,6 +177,35 @@ def test_counters_sum_over_pool_children(
     assert samples[("evidence_coverage_scoring_seconds_count", ())] == 6
 
 
+def test_a_duplicate_delivery_is_counted_as_a_redelivery_alone(
+    metrics_worker: tuple[int, str], message_dict: Callable[..., dict[str, Any]]
+) -> None:
+    """The same task delivered three times (an at-least-once broker's duplicates): one
+    message recorded and counted, two redeliveries, no alert, no rejection."""
+    port, queue = metrics_worker
+    app = create_app(Settings(broker_url=BROKER_URL, queue=queue))
+    for _ in range(3):
+        app.send_task(
+            "evidence_coverage.score",
+            args=[message_dict(case_id="dup")],
+            queue=queue,
+            task_id="dup-1",
+        )
+        time.sleep(0.2)  # one after the other: the first records before the others arrive
+
+    samples = scrape_until(
+        port, lambda got: got.get(("evidence_coverage_redeliveries_total", ()), 0) >= 2
+    )
+
+    messages = messages_by_labels(samples)
+    assert messages.pop(("scored", "miss", "none")) == 1
+    assert set(messages.values()) == {0.0}
+    assert samples[("evidence_coverage_redeliveries_total", ())] == 2
+    assert samples[("evidence_coverage_scoring_seconds_count", ())] == 1
+    assert samples[("evidence_coverage_rejected_total", ())] == 0
+    assert samples[("evidence_coverage_nondeterminism_alerts_total", ())] == 0
+
+
 def test_every_counter_is_exported_at_zero_before_the_first_message(
     metrics_worker: tuple[int, str],
 ) -> None:

@@ -133,6 +133,11 @@ class Metrics:
         self.alerts = Counter(
             "evidence_coverage_nondeterminism_alerts", "Same input hash, different outcome"
         )
+        self.redeliveries = Counter(
+            "evidence_coverage_redeliveries",
+            "Deliveries of a message already recorded (a duplicate or a redelivery after the "
+            "write landed): replays, recorded once and counted here alone",
+        )
         self.drift_alerts = Counter(
             "evidence_coverage_contract_drift_alerts",
             "Same contract version and case ID, another required claim set",
@@ -186,13 +191,18 @@ class Metrics:
         seconds_per_message: float,
         drift_alerts: int = 0,
         published_at: Sequence[datetime | None] = (),
+        replayed: Sequence[bool] = (),
     ) -> None:
         """Count one task's records (ScoreRecord-like: status, cache, owner, event, value,
         contract_version, policy_group, threshold, recorded_at); `published_at`, per record,
-        when its message was published (None or missing: not known)."""
+        when its message was published (None or missing: not known); `replayed`, per record,
+        True for a replay of a recorded write, counted as a redelivery alone (missing: not)."""
         if not self.enabled:
             return
         for position, record in enumerate(records):
+            if position < len(replayed) and replayed[position]:
+                self.redeliveries.inc()
+                continue
             if record.event == "evidence_coverage.rejected":
                 self.rejected.inc()
             self.messages.labels(

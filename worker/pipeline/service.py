@@ -209,10 +209,13 @@ class Service:
         exporter = telemetry.active()
         lines = RecordLines()
         for position, result in enumerate(results):
+            # A replay (its write id recorded before: a duplicate or redelivered message) says
+            # so on its line, whatever the broker's flag; its record is the original's.
+            own = {"redelivered": True} if result.replayed else {}
             if texts is None:
-                lines.add(result.record, **context)
+                lines.add(result.record, **context, **own)
             else:
-                lines.add(result.record, **context, **texts[position])
+                lines.add(result.record, **context, **texts[position], **own)
             if exporter is not None:
                 exporter.evaluation(result.record)
             if result.alert is None and result.drift is None:
@@ -231,6 +234,7 @@ class Service:
         lines.flush()
         self.metrics.observe(
             [result.record for result in results],
+            replayed=[result.replayed for result in results],
             alerts=alerts,
             drift_alerts=drift_alerts,
             seconds_per_message=(per_message_ms or 0.0) / 1000,

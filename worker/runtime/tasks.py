@@ -92,13 +92,16 @@ def _run(task: Task, bodies: list[Any], *, refuse: str | None = None) -> list[di
                     )
                     return summary(service.reject(bodies, error, delivery))
             try:
-                return summary(service.handle(_positioned(bodies, delivery)))
+                results = service.handle(_positioned(bodies, delivery))
             except TransientError:
                 raise
             except Exception as error:
                 if task.request.called_directly:
                     raise
                 return summary(_failed(service, bodies, delivery, deliveries, error))
+            if deliveries:
+                _forget_deliveries(service.store, delivery.task_id)
+            return summary(results)
         except TransientError as error:
             if task.request.called_directly:
                 raise
@@ -191,6 +194,20 @@ def _count_delivery(store: AuditTrail, task_id: str) -> int:
             return store.count_delivery(task_id)
     except TransientError:
         return 0
+
+
+def _forget_deliveries(store: AuditTrail, task_id: str | None) -> None:
+    """A counted delivery completed: its count goes, so that the limit counts deliveries that
+    did not complete, and duplicates of a recorded message (an at-least-once broker's, after a
+    connection loss) are replays however many come one after another. Best effort: with the
+    store away the count stays, and at worst a later duplicate counts from it."""
+    if task_id is None:
+        return
+    try:
+        with impatient():
+            store.forget_deliveries(task_id)
+    except TransientError:
+        pass
 
 
 def score(self: Task, message: Any) -> list[dict[str, Any]]:

@@ -327,6 +327,11 @@ class AuditTrail(Protocol):
         """Count one more delivery of a task id; returns the count so far (bounds poison loops)."""
         ...
 
+    def forget_deliveries(self, task_id: str) -> None:
+        """Drop a task id's count: its delivery completed, so the deliveries counted so far
+        did not loop (a duplicate of a recorded message is a replay, not a poison)."""
+        ...
+
     def close(self) -> None: ...
 
 

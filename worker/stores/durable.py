@@ -109,6 +109,9 @@ class DurableStore(RecordOne):
     def count_delivery(self, task_id: str) -> int:
         return self._write(lambda: self.inner.count_delivery(task_id))
 
+    def forget_deliveries(self, task_id: str) -> None:
+        self._write(lambda: self.inner.forget_deliveries(task_id))
+
     def note_published(self, entries: Sequence[LedgerEntry]) -> None:
         self._write(lambda: self.inner.note_published(entries))
 

@@ -778,5 +778,9 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
 
         return self._call(run)
 
+    def forget_deliveries(self, task_id: str) -> None:
+        key = self.keys.deliveries(task_id)
+        self._call(lambda: self.client.delete(key))
+
     def close(self) -> None:
         self.client.close()

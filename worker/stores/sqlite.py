@@ -830,6 +830,10 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
             ).fetchone()
         return int(row[0])
 
+    def forget_deliveries(self, task_id: str) -> None:
+        with immediate(self._db):
+            self._db.execute("DELETE FROM deliveries WHERE task_id = ?", (task_id,))
+
     def prune(
         self,
         before: datetime,

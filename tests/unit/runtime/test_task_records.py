@@ -162,8 +162,8 @@ def test_a_poison_task_s_dead_letters_close_every_entry_of_it(
     message_dict: MessageFactory, store: FlakyStore
 ) -> None:
     bodies = [message_dict(case_id="a"), message_dict(case_id="b")]
-    for _ in range(MAX_DELIVERIES):  # scored (their records close the entries noted before)
-        run(score_batch, bodies, task_id="poison", redelivered=True)
+    for _ in range(MAX_DELIVERIES):  # deliveries that never completed (the worker died)
+        store.count_delivery("poison")
     store.note_published([ledger_entry("poison", n) for n in range(2)])
 
     _, logs = run(score_batch, bodies, task_id="poison", redelivered=True)
@@ -237,9 +237,11 @@ def test_without_log_raw_text_a_record_line_carries_no_text(message_dict: Messag
 def test_a_message_redelivered_more_than_max_deliveries_times_is_rejected(
     message_dict: MessageFactory, store: FlakyStore
 ) -> None:
-    """Redelivery number MAX_DELIVERIES + 1 of one task id is dead-lettered, not scored again."""
+    """Redelivery number MAX_DELIVERIES + 1 of a task id whose deliveries never completed (the
+    worker died in each) is dead-lettered, not scored again."""
     message = message_dict()
-    caches = [run(score, message, redelivered=True)[1][0]["cache"] for _ in range(MAX_DELIVERIES)]
+    for _ in range(MAX_DELIVERIES):
+        store.count_delivery("task-1")
 
     _, logs = run(score, message, redelivered=True)
 
@@ -247,8 +249,6 @@ def test_a_message_redelivered_more_than_max_deliveries_times_is_rejected(
         f"delivered {MAX_DELIVERIES + 1} times without completing "
         f"(limit EVIDENCE_MAX_DELIVERIES={MAX_DELIVERIES})"
     )
-    # The same task id and position each time: the store recognises its own write (a replay).
-    assert caches == ["miss", "miss"]
     assert [without_duration(entry) for entry in logs] == [
         rejected_entry(
             reason,
@@ -261,6 +261,38 @@ def test_a_message_redelivered_more_than_max_deliveries_times_is_rejected(
     assert [letter.error for letter in store.dead_letters()] == [reason]
 
 
+def test_duplicates_of_a_recorded_message_are_replays_however_many_come(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """A completed delivery's count goes: ten flagged redeliveries in a row are each a replay
+    of the one write (the original cache, `redelivered: true`), none a rejection, no letter."""
+    message = message_dict()
+    run(score, message)
+
+    lines = [run(score, message, redelivered=True)[1][0] for _ in range(MAX_DELIVERIES * 5)]
+
+    assert {(line["event"], line["cache"], line["redelivered"]) for line in lines} == {
+        ("evidence_coverage.scored", "miss", True)
+    }
+    assert store.dead_letters() == []
+    assert store.count_delivery("task-1") == 1  # counting starts over
+
+
+def test_an_unflagged_duplicate_says_it_is_a_redelivery(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
+    """The broker's flag may be missing on a duplicate: the store knows its write id."""
+    message = message_dict()
+
+    lines = [run(score, message)[1][0] for _ in range(3)]
+
+    assert [(line["cache"], line["redelivered"]) for line in lines] == [
+        ("miss", False),
+        ("miss", True),
+        ("miss", True),
+    ]
+
+
 def test_first_deliveries_never_count_towards_the_bound(message_dict: MessageFactory) -> None:
     """Only redeliveries are counted: the same task id delivered fresh stays scored."""
     message = message_dict()
@@ -270,11 +302,14 @@ def test_first_deliveries_never_count_towards_the_bound(message_dict: MessageFac
     assert events == ["evidence_coverage.scored"] * (MAX_DELIVERIES + 2)
 
 
-def test_redeliveries_are_counted_per_task_id(message_dict: MessageFactory) -> None:
+def test_redeliveries_are_counted_per_task_id(
+    message_dict: MessageFactory, store: FlakyStore
+) -> None:
     """Another task id carrying the same message starts its own count."""
     message = message_dict()
-    for _ in range(MAX_DELIVERIES):
-        run(score, message, task_id="task-a", redelivered=True)
+    run(score, message, task_id="task-a")
+    for _ in range(MAX_DELIVERIES):  # deliveries of task-a that never completed
+        store.count_delivery("task-a")
 
     _, logs = run(score, message, task_id="task-b", redelivered=True)
 
