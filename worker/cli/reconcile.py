@@ -66,11 +66,14 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.stores.identity import store_identity
     from worker.upstream.reconcile import as_line, cutoff
 
     now = datetime.now(UTC)
     before = cutoff(args.older_than, now=now)
-    with opened_store(args.store or settings.result_store_url, settings) as store:
+    url = args.store or settings.result_store_url
+    print(f"reconcile: reading {store_identity(url, settings.key_prefix)}", file=sys.stderr)
+    with opened_store(url, settings) as store:
         entries = store.unrecorded(published_before=before)
         if args.republish:
             found = _republish(entries, store, settings, now=now)
