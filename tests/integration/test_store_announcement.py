@@ -57,8 +57,8 @@ def redis_announcements() -> Iterator[Callable[[str], str | None]]:
 
     def announced(queue: str) -> str | None:
         read.append(announcement_name(queue))
-        value: str | None = client.get(announcement_name(queue))
-        return value
+        value = client.get(announcement_name(queue))
+        return None if value is None else str(value)
 
     yield announced
     if read:

@@ -72,7 +72,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     now = datetime.now(UTC)
     before = cutoff(args.older_than, now=now)
     url = args.store or settings.result_store_url
-    print(f"reconcile: reading {store_identity(url, settings.key_prefix)}", file=sys.stderr)
     with opened_store(url, settings) as store:
         entries = store.unrecorded(published_before=before)
         if args.republish:
@@ -82,6 +81,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             for entry in entries:
                 print(dumps_line(as_line(entry, now=now, republished_as=None)))
                 found += 1
+    # After the read: a store that cannot be read is one line on stderr, its error.
+    print(
+        f"reconcile: read the ledger of {store_identity(url, settings.key_prefix)}", file=sys.stderr
+    )
     verb = "sent again" if args.republish else "listed"
     print(
         f"reconcile: {counted(found, 'message')} published before {before.isoformat()} "
