@@ -32,6 +32,7 @@ LEDGER_TTL_SECONDS = 86_400
 RECONCILE_OLDER_THAN_SECONDS = 600
 RECONCILE_EVERY_SECONDS = 300
 HEARTBEAT_SECONDS = 5.0
+STORE_ANNOUNCEMENT_TTL_SECONDS = 60
 REPLICA_TIMEOUT_MS = 1_000
 # WAIT blocks the store's connection: well under its 10 s socket timeout (stores/redis.py).
 MAX_REPLICA_TIMEOUT_MS = 5_000
@@ -252,6 +253,15 @@ class Settings(BaseSettings):
     queue: str = Field(
         default="attribution-results",
         description="the queue the worker consumes and `publish` sends to",
+    )
+    store_announcement_ttl_seconds: int = Field(
+        default=STORE_ANNOUNCEMENT_TTL_SECONDS,
+        gt=0,
+        description="a worker announces its store on the broker, per queue it consumes, and "
+        "renews the announcement every third of this; a worker whose store is not the one "
+        "announced refuses to start (one line, exit 2). An announcement outlives the last "
+        "worker that made it by at most this: then a worker with another store may start. See "
+        "[operations.md](operations.md#one-queue-one-store)",
     )
     tls_ca_file: FilePath | None = Field(
         default=None,

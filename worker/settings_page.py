@@ -32,6 +32,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "queue",
             "store_url",
             "key_prefix",
+            "store_announcement_ttl_seconds",
             "result_ttl_seconds",
             "attempts_ttl_seconds",
             "store_cluster",

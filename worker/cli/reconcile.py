@@ -67,9 +67,11 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.stores.identity import store_identity
     from worker.upstream.reconcile import as_line, cutoff
 
-    with opened_store(args.store or settings.result_store_url, settings) as store:
+    url = args.store or settings.result_store_url
+    with opened_store(url, settings) as store:
         # Ages by the store's clock, which stamped every entry, never this machine's.
         now = store.ledger_now()
         before = cutoff(args.older_than, now=now)
@@ -81,6 +83,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             for entry in entries:
                 print(dumps_line(as_line(entry, now=now, republished_as=None)))
                 found += 1
+    # After the read: a store that cannot be read is one line on stderr, its error.
+    print(
+        f"reconcile: read the ledger of {store_identity(url, settings.key_prefix)}", file=sys.stderr
+    )
     verb = "sent again" if args.republish else "listed"
     print(
         f"reconcile: {counted(found, 'message')} published before {before.isoformat()} "

@@ -184,6 +184,9 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
         # Finalizing (the worker and beat as they start, or a first look at `app.tasks`)
         # registers the tasks on this app alone; an app that only sends never loads them.
         self.on_after_finalize.connect(_register_tasks)
+        # A worker claims its queues for its store before it takes a message
+        # (worker/runtime/announcement.py); an app that only sends never starts a consumer.
+        self.steps["consumer"].add("worker.runtime.announcement:StoreAnnouncementStep")
 
     def service(self) -> Service:
         """This process's service, built on first use: after the prefork fork, and again in a

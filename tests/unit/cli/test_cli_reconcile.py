@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -63,7 +64,10 @@ def test_unrecorded_messages_are_one_line_each_and_exit_3(
     assert {line["event"] for line in lines} == {"evidence_coverage.unrecorded"}
     assert all(line["input_hash"] == HASH and line["age_seconds"] > 600 for line in lines)
     assert "not printed" not in out + err  # never the message's text
-    assert err.startswith("reconcile: 2 messages published before ")
+    assert err.startswith(
+        f"reconcile: read the ledger of sqlite:///{path} on {socket.gethostname()}\n"
+    )
+    assert err.splitlines()[1].startswith("reconcile: 2 messages published before ")
     assert err.endswith(" were neither recorded nor dead-lettered; 2 listed\n")
 
 

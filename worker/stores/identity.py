@@ -1,0 +1,60 @@
+"""Which store a store URL names, as one line without secrets: what a worker announces on its
+broker (worker/runtime/announcement.py) and what `reconcile` says it reads.
+
+Not the URL with its password masked: the user, the password and the query (where redis-py
+also takes a `password=`) are left out, so nothing secret can reach a broker or a log, and
+two URLs that name the same data compare equal (the default port and database written out
+or not, any user). What does name the data is kept: the server, its port, the database and
+the key prefix (two prefixes on one Redis are two stores). A name that only means something
+on one machine (a SQLite file, a Unix socket, a Redis at localhost) is that machine's: two
+hosts each with a local `/data/evidence.db` are two stores.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+from worker.settings import display_path, masked_url, redis_db
+
+DEFAULT_REDIS_PORT = 6379
+SQLITE_PREFIX = "sqlite:///"
+
+
+def store_identity(url: str, key_prefix: str, *, host: str | None = None) -> str:
+    """The store at `url` as one line: `sqlite:////abs/path.db on HOST`, `redis://HOST:PORT/DB
+    (key prefix P)`, a loopback Redis as `redis://localhost:PORT/DB on HOST (key prefix P)`.
+
+    `host` is this machine's name (default: socket.gethostname()); a relative SQLite path is
+    resolved against the working directory, symbolic links followed. A URL of no known
+    scheme is shown masked (open_store refuses it before anything announces it).
+    """
+    machine = host or socket.gethostname()
+    if url.startswith(SQLITE_PREFIX):
+        path = Path(url.removeprefix(SQLITE_PREFIX)).resolve()
+        return f"sqlite:///{display_path(path)} on {machine}"
+    parts = urlsplit(url)
+    prefix = f"(key prefix {key_prefix})"
+    if parts.scheme == "unix":
+        socket_path = display_path(Path(parts.path).resolve())
+        db = dict(parse_qsl(parts.query)).get("db", "0")
+        return f"unix://{socket_path}?db={db} on {machine} {prefix}"
+    if parts.scheme in {"redis", "rediss"}:
+        server = parts.hostname or "localhost"
+        location = f"{parts.scheme}://%s:{parts.port or DEFAULT_REDIS_PORT}/{redis_db(url)}"
+        if is_loopback(server):
+            return f"{location % 'localhost'} on {machine} {prefix}"
+        return f"{location % (f'[{server}]' if ':' in server else server)} {prefix}"
+    return masked_url(url)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine itself: localhost, 127.0.0.0/8 or ::1."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a DNS name: the same server from every host that resolves it
+        return False
