@@ -31,6 +31,8 @@ BROKER_HEALTH_CHECK_SECONDS = 10
 LEDGER_TTL_SECONDS = 86_400
 RECONCILE_OLDER_THAN_SECONDS = 600
 RECONCILE_EVERY_SECONDS = 300
+RECONCILE_AFTER_SECONDS = 900
+MAX_REPUBLISHES = 3
 HEARTBEAT_SECONDS = 5.0
 STORE_ANNOUNCEMENT_TTL_SECONDS = 60
 REPLICA_TIMEOUT_MS = 1_000
@@ -199,6 +201,19 @@ class Settings(BaseSettings):
         default=RECONCILE_EVERY_SECONDS,
         gt=0,
         description="how often Celery beat runs the reconcile task",
+    )
+    reconcile_after_seconds: int = Field(
+        default=RECONCILE_AFTER_SECONDS,
+        ge=0,
+        description="the beat's reconcile task sends again each message published longer ago "
+        "than this and never recorded (`0`: it only counts them); make it longer than the "
+        "queue's longest wait",
+    )
+    max_republishes: int = Field(
+        default=MAX_REPUBLISHES,
+        ge=1,
+        description="a message the beat's reconcile task sent again this many times without "
+        "a record is dead-lettered instead of sent once more",
     )
     max_attempts_per_hash: int = Field(
         default=100,

@@ -64,7 +64,13 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "Publish ledger and reconcile",
         "Every published message noted until its record closes it; see "
         "[operations.md](operations.md#every-loss-detected-the-publish-ledger-and-reconcile).",
-        ("ledger_ttl_seconds", "reconcile_older_than_seconds", "reconcile_every_seconds"),
+        (
+            "ledger_ttl_seconds",
+            "reconcile_older_than_seconds",
+            "reconcile_every_seconds",
+            "reconcile_after_seconds",
+            "max_republishes",
+        ),
     ),
     (
         "Alert webhook",

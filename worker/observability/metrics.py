@@ -182,6 +182,15 @@ class Metrics:
             "neither recorded nor dead-lettered",
             multiprocess_mode="mostrecent",
         )
+        self.republished = Counter(
+            "evidence_coverage_republished",
+            "Unrecorded messages the beat's reconcile task sent again",
+        )
+        self.republish_limit = Counter(
+            "evidence_coverage_republish_limit",
+            "Unrecorded messages the beat's reconcile task dead-lettered, sent again "
+            "EVIDENCE_MAX_REPUBLISHES times without a record",
+        )
 
     def observe(
         self,
@@ -232,6 +241,11 @@ class Metrics:
     def ledger_unrecorded(self, count: int) -> None:
         if self.enabled:
             self.unrecorded.set(count)
+
+    def healed(self, *, republished: int, dead_lettered: int) -> None:
+        if self.enabled:
+            self.republished.inc(republished)
+            self.republish_limit.inc(dead_lettered)
 
     def store_waiting(self, waiting: bool) -> None:
         if self.enabled:

@@ -13,6 +13,7 @@ rejected (`_failed`).
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from time import sleep
@@ -43,7 +44,8 @@ from worker.stores.durable import impatient
 # Events, Flower and `inspect` name a scoring task's messages by case ID
 # (worker/runtime/request.py).
 TASK_OPTIONS: dict[str, Any] = {"bind": True, "Request": "worker.runtime.request:NamedByCase"}
-SAMPLE_CASE_IDS = 20  # named in the reconcile task's WARNING line
+SAMPLE_CASE_IDS = 20  # named in the reconcile task's WARNING line, per list
+RECONCILE_LEASE = "reconcile"  # the store's lease one reconcile run holds as it republishes
 UNRECORDABLE_PAUSE_SECONDS = 1.0
 
 
@@ -245,29 +247,77 @@ def canary(self: Task, sample: int | None = 1000, seed: int = 0) -> dict[str, in
     return counts
 
 
-def reconcile(self: Task, older_than_seconds: int | None = None) -> dict[str, int]:
-    """Count published messages never recorded (for Celery beat): a gauge, and a WARNING
-    line naming some of them, while there are any; `evidence-worker reconcile` repairs."""
-    from worker.upstream.reconcile import cutoff
+def reconcile(
+    self: Task, older_than_seconds: int | None = None, after_seconds: int | None = None
+) -> dict[str, int]:
+    """Repair and count published messages never recorded (for Celery beat).
+
+    Those noted over `after_seconds` ago (EVIDENCE_RECONCILE_AFTER_SECONDS; 0: none) are sent
+    again, or dead-lettered once EVIDENCE_MAX_REPUBLISHES copies went unrecorded
+    (upstream/reconcile.py heal()), by one run at a time: a run that finds the store's lease
+    held leaves them to it. Then the gauge counts those over `older_than_seconds` still open,
+    and one line says what the run did: a WARNING while anything was lost, else INFO.
+    """
+    from worker.upstream.reconcile import Healed, cutoff, heal
 
     service = self.app.service()
-    seconds = older_than_seconds or service.settings.reconcile_older_than_seconds
-    before = cutoff(timedelta(seconds=seconds), now=service.store.ledger_now())
-    count = service.store.count_unrecorded(published_before=before)
+    settings, store = service.settings, service.store
+    seconds = older_than_seconds or settings.reconcile_older_than_seconds
+    after = settings.reconcile_after_seconds if after_seconds is None else after_seconds
+    now = store.ledger_now()  # the store's clock, which stamped every entry
+    healed, republishing = Healed(), "off"
+    if after > 0:
+        holder = self.request.id or str(uuid.uuid4())
+        if store.take_lease(RECONCILE_LEASE, holder, settings.reconcile_every_seconds):
+            republishing = "done"
+            try:
+                healed = heal(
+                    store.unrecorded(published_before=cutoff(timedelta(seconds=after), now=now)),
+                    app=self.app,
+                    queue=settings.queue,
+                    store=store,
+                    max_message_bytes=settings.max_message_bytes,
+                    max_republishes=settings.max_republishes,
+                    now=now,
+                )
+            finally:
+                store.give_back_lease(RECONCILE_LEASE, holder)
+        else:
+            republishing = "skipped: another reconcile run holds the lease"
+    service.metrics.healed(
+        republished=len(healed.republished), dead_lettered=len(healed.dead_lettered)
+    )
+    # Copies just sent were noted after `now`: only what is still lost counts.
+    before = cutoff(timedelta(seconds=seconds), now=now)
+    count = store.count_unrecorded(published_before=before)
     service.metrics.ledger_unrecorded(count)
-    if count:
-        some = list(islice(service.store.unrecorded(published_before=before), SAMPLE_CASE_IDS))
-        get_logger().warning(
-            "evidence_coverage.unrecorded",
-            unrecorded=count,
-            older_than_seconds=seconds,
-            case_ids=[entry.case_id for entry in some],
-            why="published and neither recorded nor dead-lettered: lost on the way; "
-            "`evidence-worker reconcile --republish` sends them again",
-        )
-    else:
-        get_logger().info("evidence_coverage.reconcile", unrecorded=0, older_than_seconds=seconds)
-    return {"unrecorded": count}
+    counts = {
+        "unrecorded": count,
+        "republished": len(healed.republished),
+        "dead_lettered": len(healed.dead_lettered),
+    }
+    fields: dict[str, Any] = {
+        **counts,
+        "older_than_seconds": seconds,
+        "republish_after_seconds": after,
+        "republishing": republishing,
+    }
+    if not any(counts.values()):
+        get_logger().info("evidence_coverage.reconcile", **fields)
+        return counts
+    some = list(islice(store.unrecorded(published_before=before), SAMPLE_CASE_IDS))
+    get_logger().warning(
+        "evidence_coverage.unrecorded",
+        **fields,
+        case_ids=[entry.case_id for entry in some],
+        republished_case_ids=healed.republished[:SAMPLE_CASE_IDS],
+        dead_lettered_case_ids=healed.dead_lettered[:SAMPLE_CASE_IDS],
+        why="published and neither recorded nor dead-lettered: lost on the way. Those older "
+        "than republish_after_seconds were sent again (records are idempotent), or "
+        "dead-lettered after EVIDENCE_MAX_REPUBLISHES copies went unrecorded; "
+        "`evidence-worker reconcile` lists the rest",
+    )
+    return counts
 
 
 def register_tasks(app: Celery) -> None:

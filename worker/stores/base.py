@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
 from contracts.records import AlertKind, AnyAlert, ContractDriftAlert
-from worker.stores.ledger import Ledger
+from worker.stores.ledger import Leases, Ledger
 
 
 class Recorded:
@@ -361,6 +361,6 @@ class LetterBox(Protocol):
         ...
 
 
-class ResultStore(OutcomeStore, AuditTrail, Ledger, LetterBox, Protocol):
+class ResultStore(OutcomeStore, AuditTrail, Ledger, Leases, LetterBox, Protocol):
     """All three on one backend, as the worker and the CLI open it (see open_store): the
     ledger must be where the outcomes are, as a record write closes its entry."""

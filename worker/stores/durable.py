@@ -118,6 +118,12 @@ class DurableStore(RecordOne):
     def close_entries(self, write_ids: Sequence[str]) -> None:
         self._write(lambda: self.inner.close_entries(write_ids))
 
+    def take_lease(self, name: str, holder: str, seconds: int) -> bool:
+        return self.inner.take_lease(name, holder, seconds)
+
+    def give_back_lease(self, name: str, holder: str) -> None:
+        self.inner.give_back_lease(name, holder)
+
     def remove_letters(self, letter_ids: Sequence[str]) -> int:
         return self._write(lambda: self.inner.remove_letters(letter_ids))
 

@@ -106,6 +106,11 @@ def ledger_task_key(prefix: str, task_id: str) -> str:
     return f"{prefix}:ledger:task:{task_id}"
 
 
+def lease_key(prefix: str, name: str) -> str:
+    """STRING: the holder of the lease `name` (Ledger.take_lease); expires with the lease."""
+    return f"{prefix}:lease:{name}"
+
+
 def replication_mark_key(prefix: str) -> str:
     """STRING `1`: set by every write that waits for replicas, just before its WAIT
     (worker/stores/replicas.py), so that the WAIT covers every earlier write; expires an hour
@@ -168,6 +173,9 @@ class KeyLayout:
 
     def deliveries(self, task_id: str) -> str:
         return deliveries_key(self.prefix, task_id)
+
+    def lease(self, name: str) -> str:
+        return lease_key(self.prefix, name)
 
 
 class ClusterKeyLayout(KeyLayout):
@@ -244,6 +252,9 @@ class ClusterKeyLayout(KeyLayout):
 
     def deliveries(self, task_id: str) -> str:
         return f"{self._in(shard_of(task_id))}:deliveries:{task_id}"
+
+    def lease(self, name: str) -> str:
+        return f"{self._in(shard_of(name))}:lease:{name}"
 
 
 _SHARD_NAMES = [f"{shard:02x}" for shard in range(SHARDS)]

@@ -52,6 +52,9 @@ class LedgerEntry(BaseModel):
     input_hash: str
     published_at: datetime  # by the publisher's clock: shown, never compared
     body: str  # the message's JSON text, as validated and sent
+    # How many times reconcile sent this message again before this entry (0: the publisher's
+    # own send); the beat's reconcile dead-letters it at EVIDENCE_MAX_REPUBLISHES.
+    republished: int = 0
     # When the store noted it, by the store's clock; set as entries are read, not stored.
     noted_at: datetime | None = Field(default=None, exclude=True)
 
@@ -84,4 +87,17 @@ class Ledger(Protocol):
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
         """Close entries whose messages were sent again under new write ids (reconcile)."""
+        ...
+
+
+class Leases(Protocol):
+    """Named leases with a time to live, by the store's clock: one reconcile run at a time."""
+
+    def take_lease(self, name: str, holder: str, seconds: int) -> bool:
+        """Hold the lease `name` for `holder` until it is given back or `seconds` pass (by the
+        store's clock); False when another holder has it. One reconcile run at a time."""
+        ...
+
+    def give_back_lease(self, name: str, holder: str) -> None:
+        """End `holder`'s lease `name`; nothing when it has expired and another holds it."""
         ...

@@ -56,6 +56,12 @@ redis.call('DEL', KEYS[2])
 return #positions
 """
 
+# KEYS: the lease. ARGV: its holder. Deletes it only while that holder has it.
+GIVE_BACK_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
@@ -128,6 +134,15 @@ class RedisLedger:
             closes.append((task_id, int(position)))
         self._close_calls(pipe, closes)
         self._call(lambda: self.replicas.execute(pipe))
+
+    def take_lease(self, name: str, holder: str, seconds: int) -> bool:
+        """SET NX with the expiry: Redis ages the lease by its own clock."""
+        key = self.keys.lease(name)
+        return bool(self._call(lambda: self.client.set(key, holder, nx=True, ex=seconds)))
+
+    def give_back_lease(self, name: str, holder: str) -> None:
+        key = self.keys.lease(name)
+        self._call(lambda: self.client.eval(GIVE_BACK_LUA, 1, key, holder))
 
     def _closes_of(self, letters: Sequence[DeadLetter]) -> list[tuple[str, int | None]]:
         return [(letter.task_id, letter.position) for letter in letters if letter.task_id]

@@ -25,6 +25,14 @@ LEDGER_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS ledger_by_age ON ledger (published_at, write_id)",
     "CREATE INDEX IF NOT EXISTS ledger_by_task ON ledger (task_id)",
 )
+# Leases (Ledger.take_lease): who holds one, until when (seconds since the epoch). Made by the
+# first lease, not with the schema: a table more needs no new schema version, which workers
+# of the version before would refuse.
+LEASES_TABLE = """CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    until REAL NOT NULL
+) WITHOUT ROWID"""
 LEDGER_PAGE = 1000
 
 
@@ -75,6 +83,23 @@ class SQLiteLedger:
     def close_entries(self, write_ids: Sequence[str]) -> None:
         with immediate(self._db):
             self._close(write_ids)
+
+    def take_lease(self, name: str, holder: str, seconds: int) -> bool:
+        with immediate(self._db) as db:
+            db.execute(LEASES_TABLE)
+            now = self.ledger_now().timestamp()
+            taken = db.execute(
+                "INSERT INTO leases (name, holder, until) VALUES (?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET holder = excluded.holder,"
+                " until = excluded.until WHERE leases.until <= ? OR leases.holder = ?",
+                (name, holder, now + seconds, now, holder),
+            ).rowcount
+        return bool(taken)
+
+    def give_back_lease(self, name: str, holder: str) -> None:
+        with immediate(self._db) as db:
+            db.execute(LEASES_TABLE)
+            db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder))
 
     def count_unrecorded(self, *, published_before: datetime) -> int:
         (count,) = self._db.execute(

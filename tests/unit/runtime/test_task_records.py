@@ -7,14 +7,13 @@ service on fakeredis with a fixed clock (conftest.py).
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any, cast
 
 import pytest
 
 from contracts import AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
-from tests.factories import age_ledger, ledger_entry
+from tests.factories import ledger_entry
 from tests.unit.runtime.task_runs import (
     LATER,
     MAX_DELIVERIES,
@@ -22,7 +21,6 @@ from tests.unit.runtime.task_runs import (
     UNKNOWN_ID_REASON,
     FlakyStore,
     MessageFactory,
-    reconcile,
     rejected_entry,
     run,
     score,
@@ -315,45 +313,6 @@ def test_redeliveries_are_counted_per_task_id(
 
     assert [(entry["event"], entry["cache"]) for entry in logs] == [
         ("evidence_coverage.scored", "hit")
-    ]
-
-
-# The beat's reconcile task
-
-
-def test_reconcile_task_counts_and_names_messages_never_recorded(store: FlakyStore) -> None:
-    # Noted 30, 20 and 1 minutes ago by the store's clock: the last is still young.
-    for n, (minutes, younger) in enumerate([(30, 20), (20, 1), (1, 0)]):
-        store.note_published([ledger_entry(f"t{n}", case_id=f"lost-{n}")])
-        age_ledger(store, timedelta(minutes=minutes - younger))
-
-    result, logs = run(reconcile, 600)
-
-    assert result == {"unrecorded": 2}
-    assert logs == [
-        {
-            "event": "evidence_coverage.unrecorded",
-            "log_level": "warning",
-            "unrecorded": 2,
-            "older_than_seconds": 600,
-            "case_ids": ["lost-0", "lost-1"],
-            "why": "published and neither recorded nor dead-lettered: lost on the way; "
-            "`evidence-worker reconcile --republish` sends them again",
-        }
-    ]
-
-
-def test_reconcile_task_with_nothing_unrecorded_logs_info(store: FlakyStore) -> None:
-    result, logs = run(reconcile, None)  # the settings' default age
-
-    assert result == {"unrecorded": 0}
-    assert logs == [
-        {
-            "event": "evidence_coverage.reconcile",
-            "log_level": "info",
-            "unrecorded": 0,
-            "older_than_seconds": 600,
-        }
     ]
 
 
