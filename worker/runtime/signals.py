@@ -15,10 +15,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from billiard.process import current_process  # type: ignore[import-untyped]
 from celery import signals
 
 from worker.errors import ConfigurationError
 from worker.observability import metrics, telemetry
+from worker.runtime import termination
 
 if TYPE_CHECKING:
     from celery.utils.dispatch import Signal
@@ -56,6 +58,12 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
     def export_metrics_in_pool_process(**_: Any) -> None:
         export_metrics_at_zero(app)
 
+    def hold_sigterm_in_pool_process(**_: Any) -> None:
+        # Not where the solo pool runs tasks, in the main process: there SIGTERM is Celery's
+        # warm shutdown, which waits for the task anyway.
+        if current_process().name != "MainProcess":
+            termination.install()
+
     def close_service(pid: int | None = None, **_: Any) -> None:
         app.close_service()
         metrics.forget_process(pid or os.getpid())
@@ -70,6 +78,7 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
         (signals.worker_init, start_telemetry_without_pool_processes),
         (signals.worker_process_init, export_metrics_in_pool_process),
         (signals.worker_process_init, start_telemetry_in_pool_process),
+        (signals.worker_process_init, hold_sigterm_in_pool_process),
         (signals.worker_process_shutdown, close_service),
         (signals.worker_shutdown, remove_metrics_dir),
     ]

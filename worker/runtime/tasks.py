@@ -38,6 +38,7 @@ from worker.observability.logging import get_logger
 from worker.pipeline.intake import case_id_of
 from worker.pipeline.scoring import Delivery, Processed
 from worker.pipeline.service import Service, summary
+from worker.runtime.termination import finishing
 from worker.stores import AuditTrail
 from worker.stores.durable import impatient
 
@@ -72,11 +73,15 @@ def _published_at(header: object) -> datetime | None:
 def _run(task: Task, bodies: list[Any], *, refuse: str | None = None) -> list[dict[str, Any]]:
     """Score the task's bodies, or reject them all with `refuse`; never an ack unrecorded."""
     delivery = _delivery(task)
-    with structlog.contextvars.bound_contextvars(
-        task_id=delivery.task_id,
-        task_name=task.name,
-        retries=task.request.retries,
-        redelivered=delivery.redelivered,
+    # A SIGTERM (Celery cancelling what it cannot acknowledge) waits for the lines.
+    with (
+        finishing(),
+        structlog.contextvars.bound_contextvars(
+            task_id=delivery.task_id,
+            task_name=task.name,
+            retries=task.request.retries,
+            redelivered=delivery.redelivered,
+        ),
     ):
         try:
             # Built on first use in each pool process: a policy file or store that went away

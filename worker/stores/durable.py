@@ -39,6 +39,15 @@ MAX_DELAY_SECONDS = 10.0
 
 # False inside `impatient()`: the consumer, in the worker's event loop, must never sleep.
 _patient: ContextVar[bool] = ContextVar("patient", default=True)
+# Set once this process is to end (worker/runtime/termination.py): no write waits any more.
+_giving_up = False
+
+
+def give_up_waiting() -> None:
+    """From now on, writes in this process fail at once while the store is unavailable: the
+    process is ending (a held SIGTERM), and its message goes back to the broker."""
+    global _giving_up  # noqa: PLW0603 - one per process by design
+    _giving_up = True
 
 
 @contextmanager
@@ -89,7 +98,7 @@ class DurableStore(RecordOne):
             except TransientError as error:
                 attempt += 1
                 delay = backoff(attempt, rng=self._rng)
-                if not _patient.get() or self._clock() + delay > deadline:
+                if not _patient.get() or _giving_up or self._clock() + delay > deadline:
                     raise
                 self._on_wait(error, attempt, delay)
                 self._sleep(delay)
