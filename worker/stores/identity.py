@@ -12,9 +12,11 @@ hosts each with a local `/data/evidence.db` are two stores.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import socket
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from worker.settings import display_path, masked_url, redis_db
@@ -23,14 +25,35 @@ DEFAULT_REDIS_PORT = 6379
 SQLITE_PREFIX = "sqlite:///"
 
 
-def store_identity(url: str, key_prefix: str, *, host: str | None = None) -> str:
+def cluster_identity(client: Any) -> str | None:
+    """`Redis Cluster <digest>` when `client`'s server is a node of a Redis Cluster, else None.
+
+    A cluster store is reached through any of its nodes, and a worker started after a
+    failover names another node than the workers before it: the digest is of every node ID
+    the cluster knows (CLUSTER NODES; a failed master stays listed until it is forgotten), the
+    same whichever node answers. Adding or forgetting a node makes it another name.
+    """
+    if not int(client.info("cluster").get("cluster_enabled", 0)):
+        return None
+    reply = client.execute_command("CLUSTER", "NODES")
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    ids = sorted(line.split()[0] for line in text.splitlines() if line.strip())
+    return "Redis Cluster " + hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
+
+
+def store_identity(
+    url: str, key_prefix: str, *, host: str | None = None, cluster: str | None = None
+) -> str:
     """The store at `url` as one line: `sqlite:////abs/path.db on HOST`, `redis://HOST:PORT/DB
     (key prefix P)`, a loopback Redis as `redis://localhost:PORT/DB on HOST (key prefix P)`.
 
     `host` is this machine's name (default: socket.gethostname()); a relative SQLite path is
     resolved against the working directory, symbolic links followed. A URL of no known
-    scheme is shown masked (open_store refuses it before anything announces it).
+    scheme is shown masked (open_store refuses it before anything announces it). `cluster`:
+    the cluster_identity() of the Redis at `url`, which names the store instead of its node.
     """
+    if cluster is not None:
+        return f"{cluster} (key prefix {key_prefix})"
     machine = host or socket.gethostname()
     if url.startswith(SQLITE_PREFIX):
         path = Path(url.removeprefix(SQLITE_PREFIX)).resolve()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.stores.identity import is_loopback, store_identity
+from worker.stores.identity import cluster_identity, is_loopback, store_identity
 
 HOST = "host-a"
 
@@ -137,3 +137,56 @@ def test_the_host_defaults_to_this_machines_name() -> None:
 )
 def test_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+class Node:
+    """A cluster node as cluster_identity() asks it: INFO cluster and CLUSTER NODES."""
+
+    def __init__(self, nodes: str, enabled: int = 1) -> None:
+        self.nodes, self.enabled = nodes, enabled
+
+    def info(self, section: str) -> dict[str, int]:
+        assert section == "cluster"
+        return {"cluster_enabled": self.enabled}
+
+    def execute_command(self, *command: str) -> bytes:
+        assert command == ("CLUSTER", "NODES")
+        return self.nodes.encode()
+
+
+NODES_SEEN_FROM_A = (
+    "a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n"
+    "b2 127.0.0.1:7001@17001 master - 0 0 2 connected 5461-10922\n"
+    "c3 127.0.0.1:7002@17002 master,fail - 0 0 3 connected\n"
+    "d4 127.0.0.1:7003@17003 master - 0 0 4 connected 10923-16383\n"
+)
+NODES_SEEN_FROM_B = (
+    "d4 127.0.0.1:7003@17003 master - 0 0 4 connected 10923-16383\n"
+    "c3 127.0.0.1:7002@17002 master,fail - 0 0 3 connected\n"
+    "b2 127.0.0.1:7001@17001 myself,master - 0 0 2 connected 5461-10922\n"
+    "a1 127.0.0.1:7000@17000 master - 0 0 1 connected 0-5460\n"
+)
+
+
+def test_a_cluster_is_named_by_its_node_ids_whichever_node_answers() -> None:
+    """After a failover a worker names another node: the cluster's name is the same."""
+    from_a = cluster_identity(Node(NODES_SEEN_FROM_A))
+    from_b = cluster_identity(Node(NODES_SEEN_FROM_B))
+
+    assert from_a == from_b
+    assert from_a is not None
+    assert from_a.startswith("Redis Cluster ")
+    assert (
+        store_identity("redis://127.0.0.1:7000/0", "p", cluster=from_a)
+        == f"{from_a} (key prefix p)"
+    )
+    assert (
+        cluster_identity(
+            Node(NODES_SEEN_FROM_A + "e5 127.0.0.1:7004@17004 master - 0 0 5 connected\n")
+        )
+        != from_a
+    )
+
+
+def test_a_redis_that_is_no_cluster_has_no_cluster_name() -> None:
+    assert cluster_identity(Node("", enabled=0)) is None
