@@ -17,7 +17,12 @@ from typing import Any, NamedTuple
 
 from contracts import Attempt
 from contracts.records import SCORED
-from contracts.stability import GraderId, GraderStability, StabilityTally
+from contracts.stability import (
+    GraderId,
+    GraderStability,
+    StabilityTally,
+    least_stable_first,
+)
 from worker.stores import OutcomeStore
 
 
@@ -30,17 +35,10 @@ class Said(NamedTuple):
 
 @dataclass(frozen=True)
 class Stability:
-    """The rows, sorted (sort_rows()), and what could not be put under a grader."""
+    """The rows, least stable first, and what could not be put under a grader."""
 
     rows: list[GraderStability]
     unnamed: int = 0  # input hashes (store) or record lines that name no grader
-
-
-def sort_rows(rows: Iterable[GraderStability]) -> list[GraderStability]:
-    """Least stable first: by flip_rate_low descending, graders with nothing re-graded last,
-    ties by (name, version, model)."""
-    ordered = sorted(rows, key=lambda row: row.grader)
-    return sorted(ordered, key=lambda row: 1.0 if row.flip_rate_low is None else -row.flip_rate_low)
 
 
 def grader_of(attempts: Iterable[Attempt]) -> GraderId | None:
@@ -77,7 +75,7 @@ def store_stability(store: OutcomeStore, since: datetime | None = None) -> Stabi
             continue
         for attempt in (first, *later):
             tally.add(grader, input_hash, attempt)
-    return Stability(sort_rows(tally.rows()), unnamed)
+    return Stability(least_stable_first(tally.rows()), unnamed)
 
 
 def records_stability(
@@ -89,7 +87,6 @@ def records_stability(
     a hit or a conflict has its first taken from it, so a file cut mid-stream still counts
     the re-grade. Lines that are not scored records, or unreadable, are passed over."""
     tally, unnamed = StabilityTally(), 0
-    seen: set[tuple[GraderId, str]] = set()
     for _, body in lines:
         line = _scored(body)
         if line is None:
@@ -98,21 +95,19 @@ def records_stability(
             moment = _moment(line.get("recorded_at") or line.get("timestamp"))
             if moment is None or not _at_or_after(moment, since):
                 continue
-        name, input_hash = line.get("grader_name"), line["input_hash"]
+        name = line.get("grader_name")
         if not isinstance(name, str):
             unnamed += 1
             continue
         grader = GraderId(name, str(line.get("grader_version")), str(line.get("grader_model")))
+        first = Said(line.get("value"), str(line.get("reason")))
         cache = line.get("cache")
-        if cache in ("hit", "conflict"):
-            if (grader, input_hash) not in seen:
-                tally.add(grader, input_hash, Said(line.get("value"), str(line.get("reason"))))
-            own = Said(line.get("observed_value"), str(line.get("observed_reason")))
-        else:
-            own = Said(line.get("value"), str(line.get("reason")))
-        seen.add((grader, input_hash))
-        tally.add(grader, input_hash, own)
-    return Stability(sort_rows(tally.rows()), unnamed)
+        repeat = cache in ("hit", "conflict")
+        own = (
+            Said(line.get("observed_value"), str(line.get("observed_reason"))) if repeat else first
+        )
+        tally.add_line(grader, line["input_hash"], cache, first, own)
+    return Stability(least_stable_first(tally.rows()), unnamed)
 
 
 def _scored(body: bytes) -> dict[str, Any] | None:

@@ -74,6 +74,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.audit.stability import records_stability, store_stability
+    from worker.report.graders import grader_line, grader_reports
 
     if args.records is not None:
         from worker.cli.inputs import JsonLines
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             source = describe_store(store, store_url(args, settings))
             stability = store_stability(store, since=args.since)
     for row in stability.rows:
-        print(dumps_line(row.as_json()) if args.json else stability_line(row))
+        print(dumps_line(row.as_json()) if args.json else grader_line(grader_reports([row])[0]))
     above = [row for row in stability.rows if exceeds(row, args.max_flip_rate)]
     print(summary(source, stability.rows, stability.unnamed, above, args), file=sys.stderr)
     return NONDETERMINISM if above else OK
@@ -98,26 +99,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def exceeds(row: GraderStability, max_flip_rate: float | None) -> bool:
     low = row.flip_rate_low
     return max_flip_rate is not None and low is not None and low > max_flip_rate
-
-
-def percent(share: float) -> str:
-    """A rate as a percentage to one decimal: 0.075 is 7.5%."""
-    return f"{share * 100:.1f}%"
-
-
-def stability_line(row: GraderStability) -> str:
-    """One grader for people: its three names, the counts, the rate and its interval."""
-    grader = row.grader
-    counts = (
-        f"{grader.name} {grader.version} {grader.model}: {counted(row.inputs, 'input')}, "
-        f"{row.regraded:,} re-graded, {row.flipped:,} flipped"
-    )
-    if row.flip_rate is None or row.flip_rate_low is None or row.flip_rate_high is None:
-        return f"{counts}; flip rate unknown (nothing re-graded)"
-    return (
-        f"{counts}; flip rate {percent(row.flip_rate)} "
-        f"(95% interval {percent(row.flip_rate_low)} to {percent(row.flip_rate_high)})"
-    )
 
 
 def summary(

@@ -12,10 +12,10 @@ import fakeredis
 import pytest
 
 from contracts import AttributionResult
-from contracts.stability import GraderId, GraderStability
+from contracts.stability import GraderId, GraderStability, least_stable_first
 from tests import factories
 from tests.conftest import FIXED_NOW
-from worker.audit.stability import Stability, records_stability, sort_rows, store_stability
+from worker.audit.stability import Stability, records_stability, store_stability
 from worker.pipeline.scoring import process
 from worker.stores import OutcomeStore
 from worker.stores.redis import RedisStore
@@ -213,4 +213,4 @@ def test_rows_are_least_stable_first_and_unknown_last() -> None:
         GraderStability(GraderId("d", "1", "m"), 50, 40, 20),
     ]
 
-    assert [row.grader.name for row in sort_rows(rows)] == ["d", "a", "b", "c"]
+    assert [row.grader.name for row in least_stable_first(rows)] == ["d", "a", "b", "c"]
