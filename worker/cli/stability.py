@@ -50,8 +50,8 @@ def register(commands: Any) -> None:
         "--records",
         metavar="FILE",
         type=nonempty(str, "name a file, or - for stdin"),
-        help="read JSON-lines record files instead of the store, or - for stdin "
-        "(default: read the store)",
+        help="read a JSON-lines record file (the worker's or score's lines) instead of the "
+        "store, or - for stdin (default: read the store)",
     )
     parser.add_argument(
         "--since",
@@ -74,7 +74,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.audit.stability import records_stability, store_stability
-    from worker.report.graders import grader_line, grader_reports
+    from worker.report.graders import GraderReport, grader_line
 
     if args.records is not None:
         from worker.cli.inputs import JsonLines
@@ -90,7 +90,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             source = describe_store(store, store_url(args, settings))
             stability = store_stability(store, since=args.since)
     for row in stability.rows:
-        print(dumps_line(row.as_json()) if args.json else grader_line(grader_reports([row])[0]))
+        fields = row.as_json()
+        print(dumps_line(fields) if args.json else grader_line(GraderReport(**fields)))
     above = [row for row in stability.rows if exceeds(row, args.max_flip_rate)]
     print(summary(source, stability.rows, stability.unnamed, above, args), file=sys.stderr)
     return NONDETERMINISM if above else OK
