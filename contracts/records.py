@@ -71,6 +71,11 @@ class Attempt(Record):
     policy_group: str | None = None  # the message's: `explain` decides the row under it
     contract_drift: bool = False
     owner: Owner | None = None
+    # Who graded (SPEC §10): the message's grader.name, .version and .model, what `stability`
+    # counts by. None in attempts stored before they were kept.
+    grader_name: str | None = None
+    grader_version: str | None = None
+    grader_model: str | None = None
     # Triage's two inputs beyond the lists above (SPEC §9): the answer's length in code points
     # (a citation's span is checked against it) and the message's expected evidence (None:
     # none given). A store keeps them so that it need not keep missing_claim_ids and findings,
@@ -199,6 +204,11 @@ class ScoreRecord(Record):
     metric_version: str
     ragas_version: str
     worker_version: str
+    # Who graded (SPEC §10): the message's grader.name, .version and .model; None on a
+    # rejected record (its grader is not trusted) and in records written before they were.
+    grader_name: str | None = None
+    grader_version: str | None = None
+    grader_model: str | None = None
     value: float | None
     reason: str
     status: Status

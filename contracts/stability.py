@@ -147,6 +147,17 @@ class StabilityTally:
         seen.attempts += 1
         seen.flipped = seen.flipped or key != seen.first
 
+    def add_line(
+        self, grader: GraderId, input_hash: str, cache: str | None, first: Judged, own: Judged
+    ) -> None:
+        """One record line's attempt: `own` is its outcome, `first` its hash's first (a
+        hit's or a conflict's value/reason). A hash whose first line here is a hit or a
+        conflict (a file that starts mid-stream) has its first taken from it, so the
+        re-grade the line is still counts."""
+        if cache in ("hit", "conflict") and (grader, input_hash) not in self._inputs:
+            self.add(grader, input_hash, first)
+        self.add(grader, input_hash, own)
+
     def rows(self) -> list[GraderStability]:
         """One row per grader seen, ordered by (name, version, model)."""
         inputs: Counter[GraderId] = Counter()
@@ -162,6 +173,13 @@ class StabilityTally:
             GraderStability(grader, inputs[grader], regraded[grader], flipped[grader])
             for grader in sorted(inputs)
         ]
+
+
+def least_stable_first(rows: Iterable[GraderStability]) -> list[GraderStability]:
+    """By flip_rate_low descending (what the data show at the least), graders with nothing
+    re-graded last, ties by (name, version, model)."""
+    ordered = sorted(rows, key=lambda row: row.grader)
+    return sorted(ordered, key=lambda row: 1.0 if row.flip_rate_low is None else -row.flip_rate_low)
 
 
 def grader_stability(

@@ -29,6 +29,7 @@ from worker.cli import (
     schema,
     score,
     show,
+    stability,
 )
 from worker.cli.common import PROG
 from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
@@ -51,6 +52,7 @@ MODULES = (
     bench,
     records,
     report,
+    stability,
     canary,
     prune,
     schema,

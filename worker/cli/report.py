@@ -127,7 +127,9 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
     """The report of a store: its first outcomes as `records` rows (one per input hash) and
     its kept alerts, fed to the record file's aggregation as the lines a file would give."""
     from worker.audit.records import RecordQuery, Selection, report_lines
+    from worker.audit.stability import store_stability
     from worker.report.aggregate import build_report
+    from worker.report.graders import grader_reports
     from worker.stores import describe as describe_store
 
     policy = resolve_policy(args, settings, required=False)
@@ -137,4 +139,6 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
         # alerts() reads the newest `limit`: all that are kept, oldest first.
         alerts = store.alerts(limit=max(store.alert_count(), 1))
         report = build_report(report_lines(rows, alerts), source=source, time_field=args.days_from)
-    return source, report
+        # The rows are first outcomes only: the store's histories say what was re-graded.
+        stability = store_stability(store)
+    return source, report.model_copy(update={"graders": grader_reports(stability.rows)})

@@ -142,6 +142,21 @@ class Metrics:
             "evidence_coverage_contract_drift_alerts",
             "Same contract version and case ID, another required claim set",
         )
+        # Per grader (SPEC §10): a re-grade is a record whose cache is hit or conflict, a flip
+        # one whose cache is conflict. A grader's two series start at 0 with its first record
+        # in this process, so that increase() sees its first re-grade and flip.
+        grader_labels = ["grader_name", "grader_version", "grader_model"]
+        self.regrades = Counter(
+            "evidence_coverage_regrades",
+            "Records of inputs judged before (cache hit or conflict), by grader",
+            grader_labels,
+        )
+        self.flips = Counter(
+            "evidence_coverage_flips",
+            "Re-grades whose outcome differed from the first (cache conflict), by grader",
+            grader_labels,
+        )
+        self._graders: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         # Per contract version (versions are never mixed, SPEC §7) and policy group; a label
         # value per contract version a deployment ever sees, a handful in practice.
         self.coverage = Histogram(
@@ -203,9 +218,10 @@ class Metrics:
         replayed: Sequence[bool] = (),
     ) -> None:
         """Count one task's records (ScoreRecord-like: status, cache, owner, event, value,
-        contract_version, policy_group, threshold, recorded_at); `published_at`, per record,
-        when its message was published (None or missing: not known); `replayed`, per record,
-        True for a replay of a recorded write, counted as a redelivery alone (missing: not)."""
+        contract_version, policy_group, threshold, recorded_at, grader_*); `published_at`,
+        per record, when its message was published (None or missing: not known); `replayed`,
+        per record, True for a replay of a recorded write, counted as a redelivery alone
+        (missing: not)."""
         if not self.enabled:
             return
         for position, record in enumerate(records):
@@ -227,6 +243,8 @@ class Metrics:
                 ).observe(record.value)
             if record.threshold is not None:
                 self.threshold.labels(policy_group=group).set(record.threshold)
+            if record.grader_name is not None:
+                self._count_regrade(record)
             published = published_at[position] if position < len(published_at) else None
             if published is not None and record.recorded_at is not None:
                 # Clocks of two hosts: a publisher ahead of the worker would give a negative
@@ -237,6 +255,19 @@ class Metrics:
             self.alerts.inc(alerts)
         if drift_alerts:
             self.drift_alerts.inc(drift_alerts)
+
+    def _count_regrade(self, record: Any) -> None:
+        """A grader's re-grade and flip counters, made (at 0) on its first record here."""
+        grader = (record.grader_name, record.grader_version, record.grader_model)
+        counters = self._graders.get(grader)
+        if counters is None:
+            counters = (self.regrades.labels(*grader), self.flips.labels(*grader))
+            self._graders[grader] = counters
+        if record.cache == "hit":
+            counters[0].inc()
+        elif record.cache == "conflict":
+            counters[0].inc()
+            counters[1].inc()
 
     def ledger_unrecorded(self, count: int) -> None:
         if self.enabled:

@@ -51,6 +51,10 @@ def evaluation_attributes(record: ScoreRecord) -> dict[str, str | float | bool]:
         "gen_ai.evaluation.score.value": record.value,
         "gen_ai.evaluation.score.label": record.status,
         "gen_ai.evaluation.explanation": record.reason,
+        # Who graded (SPEC §10): proposed in OpenTelemetry's GenAI semantic conventions (PR
+        # #359), not yet in them; the model, which they do not name, under ours.
+        "gen_ai.evaluation.evaluator.name": record.grader_name,
+        "gen_ai.evaluation.evaluator.version": record.grader_version,
         "error.type": ("rejected" if record.event == REJECTED else "invalid")
         if record.status == "invalid"
         else None,
@@ -64,6 +68,7 @@ def evaluation_attributes(record: ScoreRecord) -> dict[str, str | float | bool]:
         "evidence_coverage.owner": record.owner,
         "evidence_coverage.cache": record.cache,
         "evidence_coverage.contract_drift": record.contract_drift,
+        "evidence_coverage.grader_model": record.grader_model,
     }
     return {name: value for name, value in attributes.items() if value is not None}
 

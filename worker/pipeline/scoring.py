@@ -122,6 +122,7 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
     validating again what the message, the metric and triage have made (contracts.trusted);
     its lists are its own, as validation would copy them."""
     message, found, delivery = judged.message, judged.triage, judged.delivery
+    grader = message.grader
     return trusted(
         Attempt,
         {
@@ -151,6 +152,10 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
             "policy_group": message.policy_group,
             "contract_drift": False,
             "owner": found.owner,
+            # The grader's names may hold one too (check_encodable lets it through: it is hashed).
+            "grader_name": storable(grader.name),
+            "grader_version": storable(grader.version),
+            "grader_model": storable(grader.model),
             "answer_length": len(message.answer),
             "expected_evidence": {claim: list(documents) for claim, documents in expected.items()}
             if (expected := message.expected_evidence)
@@ -185,7 +190,7 @@ def build_record(
 ) -> ScoreRecord:
     """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`.
     `now` is when the store recorded it (the time its attempt carries)."""
-    message, delivery = judged.message, judged.delivery
+    message, delivery, grader = judged.message, judged.delivery, judged.message.grader
     # A miss is the first; a hit agrees with it by definition: only a conflict needs the first.
     if recorded.cache != "conflict" and (observed is judged.outcome or observed == judged.outcome):
         decision, found = judged.decision, judged.triage
@@ -211,6 +216,9 @@ def build_record(
             "metric_version": METRIC_VERSION,
             "ragas_version": RAGAS_VERSION,
             "worker_version": WORKER_VERSION,
+            "grader_name": grader.name,
+            "grader_version": grader.version,
+            "grader_model": grader.model,
             "value": decision.value,
             "reason": decision.reason,
             "status": decision.status,

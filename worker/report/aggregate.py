@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.messages import UtcDatetime
 from contracts.outcomes import CacheOutcome, Owner, Status
+from contracts.stability import GraderId, Judged, StabilityTally
 from worker.pipeline.intake import describe_validation_error
 from worker.report.alerts import (
     KIND_OF_EVENT,
@@ -46,6 +47,7 @@ from worker.report.days import (
     span_of,
     utc_day,
 )
+from worker.report.graders import GraderReport, grader_reports
 from worker.report.reasons import ReasonCount, top_reasons
 
 REJECTED_LABEL = "(rejected before scoring)"
@@ -110,6 +112,13 @@ class ReportedRecord(BaseModel):
     # None in records written before records carried times: never placed on a day.
     produced_at: UtcDatetime | None = None
     recorded_at: UtcDatetime | None = None
+    # Who graded, and a hit's or a conflict's own outcome (SPEC §10): what the Graders
+    # section counts. The names are None in records written before they were kept.
+    grader_name: str | None = None
+    grader_version: str | None = None
+    grader_model: str | None = None
+    observed_value: float | None = None
+    observed_reason: str | None = None
 
     def day(self, field: TimeField) -> date | None:
         """The UTC day of this record's `field` time; None when it has none."""
@@ -260,6 +269,8 @@ class Report(ReportModel):
     alert_hashes: list[AlertHash] = Field(default_factory=list)
     alert_hashes_not_shown: int = 0
     span: Span
+    # Per grader, least stable first (SPEC §10; worker/report/graders.py).
+    graders: list[GraderReport] = Field(default_factory=list)
 
 
 def parse_line(body: bytes) -> ReportedRecord | OtherLine:
@@ -336,7 +347,29 @@ def build_report(
         alert_hashes=hashes[:MAX_ALERT_HASHES_SHOWN],
         alert_hashes_not_shown=max(len(hashes) - MAX_ALERT_HASHES_SHOWN, 0),
         span=span,
+        graders=grader_reports(stability(records).rows()),
     )
+
+
+@dataclass(frozen=True)
+class _Said:
+    value: float | None
+    reason: str
+
+
+def stability(records: Iterable[ReportedRecord]) -> StabilityTally:
+    """The Graders section's tally over scored records in file order, as `stability
+    --records` counts them: a hit's or a conflict's own outcome is in observed_*."""
+    tally = StabilityTally()
+    for record in records:
+        if record.grader_name is None or record.input_hash is None:
+            continue
+        grader = GraderId(record.grader_name, str(record.grader_version), str(record.grader_model))
+        own: Judged = record
+        if record.cache in ("hit", "conflict"):
+            own = _Said(record.observed_value, str(record.observed_reason))
+        tally.add_line(grader, record.input_hash, record.cache, record, own)
+    return tally
 
 
 def aggregate(

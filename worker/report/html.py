@@ -18,6 +18,8 @@ from worker.report.alerts import inspect_commands
 from worker.report.days import span_line
 from worker.report.days_html import STYLE as DAYS_STYLE
 from worker.report.days_html import days_section
+from worker.report.graders import STYLE as GRADERS_STYLE
+from worker.report.graders import graders_html
 from worker.report.html_table import table, td
 from worker.report.text import (
     COLUMNS,
@@ -69,6 +71,7 @@ td.time, td.nowrap { white-space: nowrap; }
 ul.invalid-reasons ul { margin: 0.1rem 0 0.3rem; color: #555; }
 """
     + DAYS_STYLE
+    + GRADERS_STYLE
 )
 
 
@@ -81,6 +84,7 @@ def render_html(report: Report) -> str:
         *([f"<p>{escape(days)}</p>"] if (days := span_line(report.span)) is not None else []),
         *_unreadable(report),
         *alert_hashes(report),
+        *graders_html(report.graders),
         *(part for version in report.contract_versions for part in _version(version, report)),
     ]
     return "\n".join(

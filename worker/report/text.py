@@ -15,6 +15,7 @@ from worker.report.aggregate import (
 )
 from worker.report.alerts import alert_hash_lines
 from worker.report.days import days_text, span_line
+from worker.report.graders import graders_text
 from worker.report.reasons import reason_note
 from worker.wording import counted, number
 
@@ -169,4 +170,5 @@ def render_text(report: Report) -> str:
         out += days_text(version.days, version.undated, report.span.field)
     if report.alert_hashes:
         out += ["", *alert_hash_lines(report.alert_hashes, report.alert_hashes_not_shown)]
+    out += graders_text(report.graders)
     return "\n".join(out)

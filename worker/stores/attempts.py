@@ -57,6 +57,9 @@ SHARED_FIELDS: Final = (
     "policy_group",
     "contract_drift",
     "owner",
+    "grader_name",
+    "grader_version",
+    "grader_model",
     "answer_length",
     "expected_evidence",
 )
@@ -94,8 +97,8 @@ def shared_head(attempt: Attempt) -> str:
     Compact, as stores keep it: a citation is an array [claim ID, document ID, span start, span
     end(, excerpt)]; answer_length comes first (the Redis script tells by it an attempt that
     keeps triage's inputs); missing_claim_ids and findings are left out where derivable()
-    (they are derived on read, Attempt._derived), and answer_length and expected_evidence
-    where None.
+    (they are derived on read, Attempt._derived), and answer_length, the grader's three names
+    (set together, from the message's grader) and expected_evidence where None.
 
     orjson spells text exactly as json.dumps(ensure_ascii=False) does (every code point but
     the lone surrogates, which it refuses, as it refuses integers beyond 64 bits: those take
@@ -143,6 +146,10 @@ def _shared_head_fields(attempt: Attempt) -> dict[str, object]:
         fields["findings"] = None if findings is None else list(map(_finding, findings))
     fields["retrieved_document_ids"] = attempt.retrieved_document_ids
     fields["policy_group"] = attempt.policy_group
+    if attempt.grader_name is not None:
+        fields["grader_name"] = attempt.grader_name
+        fields["grader_version"] = attempt.grader_version
+        fields["grader_model"] = attempt.grader_model
     if attempt.expected_evidence is not None:
         fields["expected_evidence"] = attempt.expected_evidence
     return fields
@@ -187,6 +194,10 @@ def _shared_head_spelled(attempt: Attempt) -> str:
         parts.append(f'"findings":{_findings_json(attempt.findings)}')
     parts.append(f'"retrieved_document_ids":{_optional_texts_json(attempt.retrieved_document_ids)}')
     parts.append(f'"policy_group":{_text_json(attempt.policy_group)}')
+    if attempt.grader_name is not None:
+        parts.append(f'"grader_name":{_text_json(attempt.grader_name)}')
+        parts.append(f'"grader_version":{_text_json(attempt.grader_version)}')
+        parts.append(f'"grader_model":{_text_json(attempt.grader_model)}')
     if attempt.expected_evidence is not None:
         expected = ",".join(
             f"{encode_basestring(claim)}:[{_texts_json(documents)}]"
@@ -240,6 +251,9 @@ def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
         and first.policy_group == attempt.policy_group
         and first.contract_drift == attempt.contract_drift
         and first.owner == attempt.owner
+        and first.grader_name == attempt.grader_name
+        and first.grader_version == attempt.grader_version
+        and first.grader_model == attempt.grader_model
         and first.answer_length == attempt.answer_length
         and first.expected_evidence == attempt.expected_evidence
     )

@@ -32,6 +32,13 @@ NOT_CITED = Finding(claim_id="refund-method", finding="not_cited", owner="produc
 UNKNOWN_REASON = "supported_claim_ids contains unknown IDs: old-c1"
 
 
+GRADER = {
+    "grader_name": "claim-attributor",
+    "grader_version": "3.2.0",
+    "grader_model": "gpt-4o-mini-2024-07-18",
+}
+
+
 def kept(**fields: Any) -> Attempt:
     """The base attempt (refund-method missing, not cited) as the worker records it now."""
     values: dict[str, Any] = {
@@ -42,6 +49,7 @@ def kept(**fields: Any) -> Attempt:
         "findings": [NOT_CITED],
         "retrieved_document_ids": ["kb-1"],
         "policy_group": "default",
+        **GRADER,
         **fields,
     }
     return factories.attempt(**values)
@@ -57,6 +65,7 @@ def expected_row(**fields: Any) -> dict[str, Any]:
         "metric_version": METRIC_VERSION,
         "ragas_version": RAGAS_VERSION,
         "worker_version": "0.1.0",
+        **GRADER,
         "value": 2 / 3,
         "reason": TWO_THIRDS_REASON,
         "status": "fail",
@@ -89,6 +98,13 @@ def test_a_failing_first_outcome_is_its_record_row_under_the_policy() -> None:
 
     assert row == expected_row()
     assert tuple(row) == FIELDS
+
+
+def test_a_first_kept_before_graders_were_named_has_null_grader_fields() -> None:
+    """A first attempt an earlier version stored names no grader: its row says null."""
+    row = row_of(HASH, kept(grader_name=None, grader_version=None, grader_model=None), POLICY)
+
+    assert row == expected_row(grader_name=None, grader_version=None, grader_model=None)
 
 
 def test_without_a_policy_a_valid_row_is_scored_and_has_no_owner() -> None:
@@ -206,6 +222,9 @@ def test_csv_cells_spell_null_empty_and_lists_as_json() -> None:
         METRIC_VERSION,
         RAGAS_VERSION,
         "0.1.0",
+        "claim-attributor",
+        "3.2.0",
+        "gpt-4o-mini-2024-07-18",
         "0.6666666666666666",
         TWO_THIRDS_REASON,
         "fail",

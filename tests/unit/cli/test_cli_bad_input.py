@@ -387,6 +387,58 @@ CASES: dict[str, Case] = {
         usage("publish", "argument --sample-rate: '25%' is not a number: give one in 0.0..1.0"),
         usage=True,
     ),
+    # --- stability --------------------------------------------------------------------------
+    "stability missing store": Case(["stability", "--store", "sqlite:///missing.db"], NO_STORE),
+    "stability --records missing": Case(
+        ["stability", "--records", "missing.jsonl"],
+        f"{PROG}: cannot read missing.jsonl: No such file or directory",
+    ),
+    "stability --records without records": Case(
+        ["stability", "--records", ROWS],
+        f"{PROG}: {ROWS} contains no evidence_coverage scored records",
+    ),
+    "stability --store and --records": Case(
+        ["stability", "--store", "sqlite:///missing.db", "--records", RESULTS],
+        usage("stability", "argument --records: not allowed with argument --store"),
+        usage=True,
+    ),
+    "stability --max-flip-rate above 1": Case(
+        ["stability", "--max-flip-rate", "1.5"],
+        usage("stability", "argument --max-flip-rate: '1.5' is outside 0.0..1.0"),
+        usage=True,
+    ),
+    "stability --max-flip-rate below 0": Case(
+        ["stability", "--max-flip-rate", "-0.1"],
+        usage("stability", "argument --max-flip-rate: '-0.1' is outside 0.0..1.0"),
+        usage=True,
+    ),
+    "stability --max-flip-rate nan": Case(
+        ["stability", "--max-flip-rate", "nan"],
+        usage(
+            "stability",
+            "argument --max-flip-rate: 'nan' is not a finite number: give one in 0.0..1.0",
+        ),
+        usage=True,
+    ),
+    "stability --max-flip-rate not a number": Case(
+        ["stability", "--max-flip-rate", "5%"],
+        usage("stability", "argument --max-flip-rate: '5%' is not a number: give one in 0.0..1.0"),
+        usage=True,
+    ),
+    "stability --since not a time": Case(
+        ["stability", "--since", "yesterday"],
+        usage(
+            "stability",
+            "argument --since: 'yesterday' is not an ISO 8601 time: use e.g. "
+            "2026-12-01T12:00:00Z or 2026-12-01",
+        ),
+        usage=True,
+    ),
+    "stability --records empty": Case(
+        ["stability", "--records", ""],
+        usage("stability", "argument --records: empty value: name a file, or - for stdin"),
+        usage=True,
+    ),
     # --- reconcile --------------------------------------------------------------------------
     "reconcile --older-than not a duration": Case(
         ["reconcile", "--older-than", "ten minutes"],

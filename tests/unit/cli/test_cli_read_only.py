@@ -26,6 +26,7 @@ READ_COMMANDS = [
     ["dead-letters", "list"],
     ["records"],
     ["report", "--json"],
+    ["stability"],
 ]
 
 

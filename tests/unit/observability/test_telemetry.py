@@ -56,6 +56,8 @@ def test_a_failing_row_is_a_scored_evaluation_with_its_owner_and_policy(
         "gen_ai.evaluation.score.value": 2 / 3,
         "gen_ai.evaluation.score.label": "fail",
         "gen_ai.evaluation.explanation": factories.TWO_THIRDS_REASON,
+        "gen_ai.evaluation.evaluator.name": "claim-attributor",
+        "gen_ai.evaluation.evaluator.version": "3.2.0",
         "evidence_coverage.case_id": failing.case_id,
         "evidence_coverage.input_hash": failing.input_hash,
         "evidence_coverage.contract_version": failing.contract_version,
@@ -66,6 +68,7 @@ def test_a_failing_row_is_a_scored_evaluation_with_its_owner_and_policy(
         "evidence_coverage.owner": "attribution",
         "evidence_coverage.cache": "hit",
         "evidence_coverage.contract_drift": False,
+        "evidence_coverage.grader_model": "gpt-4o-mini-2024-07-18",
     }
 
 

@@ -113,5 +113,7 @@ def test_the_dashboard_names_only_metrics_the_worker_exports() -> None:
         "evidence_coverage_contract_drift_alerts_total",
         "evidence_coverage_publish_to_record_seconds_bucket",
         "evidence_coverage_store_unavailable",
+        "evidence_coverage_regrades_total",
+        "evidence_coverage_flips_total",
     ):
         assert wanted in named, wanted

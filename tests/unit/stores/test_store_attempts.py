@@ -271,6 +271,7 @@ def test_a_whole_attempt_entry_reads_as_before() -> None:
         {"retrieved_document_ids": []},
         {"retrieved_document_ids": ["kb-1"]},
         {"policy_group": "default"},
+        {"grader_name": "judge", "grader_version": "1", "grader_model": "m"},
     ],
 )
 def test_same_shared_fields_is_equality_of_shared_json(changes: dict[str, Any]) -> None:
@@ -281,10 +282,18 @@ def test_same_shared_fields_is_equality_of_shared_json(changes: dict[str, Any]) 
     assert same_shared_fields(first, later) == (not changes)
 
 
-def test_shared_json_is_json_of_the_shared_fields() -> None:
+@pytest.mark.parametrize(
+    "grader",
+    [{}, {"grader_name": 'say "judge"', "grader_version": "ü\n", "grader_model": "m"}],
+    ids=["no-grader", "grader"],
+)
+def test_shared_json_is_json_of_the_shared_fields(grader: dict[str, str]) -> None:
     """shared_json() is valid JSON members: the shared fields json.dumps would write, a
-    citation as an array, and answer_length and expected_evidence left out when None."""
-    later = attempt(2, supported_claim_ids=['say "hi"', "ü\n"], redelivered=True, **TRIAGED)
+    citation as an array, and answer_length, the grader's names and expected_evidence left
+    out when None."""
+    later = attempt(
+        2, supported_claim_ids=['say "hi"', "ü\n"], redelivered=True, **TRIAGED, **grader
+    )
 
     members = json.loads(f"{{{shared_json(later)}}}")
     dumped = later.model_dump(mode="json", include=set(SHARED_FIELDS))
@@ -296,6 +305,9 @@ def test_shared_json_is_json_of_the_shared_fields() -> None:
     for finding in dumped["findings"]:  # left out when None
         if finding["evidence_retrieved"] is None:
             del finding["evidence_retrieved"]
+    for name in ("grader_name", "grader_version", "grader_model"):
+        if dumped[name] is None:
+            del dumped[name]
     assert members == json.loads(json.dumps(dumped, ensure_ascii=False))
 
 
@@ -383,9 +395,10 @@ any_texts = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF) | 
         max_size=4,
     ),
     st.lists(any_texts, max_size=3),
+    any_texts,
 )
 def test_shared_json_is_the_python_spelling_whatever_the_text(
-    citations: list[tuple[str, str, int, int, str | None]], supported: list[str]
+    citations: list[tuple[str, str, int, int, str | None]], supported: list[str], grader: str
 ) -> None:
     """orjson's spelling of the shared fields is the Python one; lone surrogates and integers
     beyond 64 bits, which orjson refuses, take the Python one."""
@@ -394,7 +407,13 @@ def test_shared_json_is_the_python_spelling_whatever_the_text(
         for c, d, a, b, e in citations
     ]
     later = attempt(2, **TRIAGED).model_copy(
-        update={"citations": attempt(2, citations=kept).citations, "supported_claim_ids": supported}
+        update={
+            "citations": attempt(2, citations=kept).citations,
+            "supported_claim_ids": supported,
+            "grader_name": grader,
+            "grader_version": grader[:1],
+            "grader_model": "m",
+        }
     )
 
     assert shared_head(later) == _shared_head_spelled(later)

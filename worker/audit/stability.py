@@ -1,0 +1,139 @@
+"""`stability` and the report's Graders section: contracts.stability's tally fed from a store's
+histories or from record lines (SPEC §10).
+
+A window (`since`) selects attempts, never moves the reference: each attempt recorded at or
+after it is compared with its hash's first outcome, wherever that first lies in time. An
+attempt or a record line that names no grader (kept before graders were named) is counted
+apart: it cannot be put under one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from contracts import Attempt
+from contracts.records import SCORED
+from contracts.stability import (
+    GraderId,
+    GraderStability,
+    StabilityTally,
+    least_stable_first,
+)
+from worker.stores import OutcomeStore
+
+
+class Said(NamedTuple):
+    """One attempt's outcome as a record line gives it."""
+
+    value: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stability:
+    """The rows, least stable first, and what could not be put under a grader."""
+
+    rows: list[GraderStability]
+    unnamed: int = 0  # input hashes (store) or record lines that name no grader
+
+
+def grader_of(attempts: Iterable[Attempt]) -> GraderId | None:
+    """The grader named by the first of `attempts` that names one (a hash's attempts share
+    their grader: the input hash covers it)."""
+    for attempt in attempts:
+        if attempt.grader_name is not None:
+            return GraderId(
+                attempt.grader_name, attempt.grader_version or "", attempt.grader_model or ""
+            )
+    return None
+
+
+def store_stability(store: OutcomeStore, since: datetime | None = None) -> Stability:
+    """Per grader over every input hash the store keeps: its first attempt, then the later
+    ones it still holds (a history trimmed to the newest max_attempts_per_hash compares those
+    with the first). With `since`, a hash counts when its first or a later attempt was
+    recorded at or after it."""
+    tally, unnamed = StabilityTally(), 0
+    for input_hash, first in store.first_outcomes_by_time():
+        history = store.history(input_hash)
+        if history is None:  # expired between the two reads
+            continue
+        attempts = history.attempts
+        # The first leads the attempts exactly when none was trimmed (stores' with_first()).
+        later = attempts[1:] if len(attempts) == history.total_attempts else attempts
+        if since is not None:
+            later = [attempt for attempt in later if _at_or_after(attempt.recorded_at, since)]
+            if not later and not _at_or_after(first.recorded_at, since):
+                continue
+        grader = grader_of([first, *later])
+        if grader is None:
+            unnamed += 1
+            continue
+        for attempt in (first, *later):
+            tally.add(grader, input_hash, attempt)
+    return Stability(least_stable_first(tally.rows()), unnamed)
+
+
+def records_stability(
+    lines: Iterable[tuple[int, bytes]], since: datetime | None = None
+) -> Stability:
+    """Per grader over record lines (the worker's or score's), in file order. A line's own
+    outcome is value/reason on a miss and observed_value/observed_reason on a hit or a
+    conflict, whose value/reason is the first outcome: a hash whose first line in the file is
+    a hit or a conflict has its first taken from it, so a file cut mid-stream still counts
+    the re-grade. Lines that are not scored records, or unreadable, are passed over."""
+    tally, unnamed = StabilityTally(), 0
+    for _, body in lines:
+        line = _scored(body)
+        if line is None:
+            continue
+        if since is not None:
+            moment = _moment(line.get("recorded_at") or line.get("timestamp"))
+            if moment is None or not _at_or_after(moment, since):
+                continue
+        name = line.get("grader_name")
+        if not isinstance(name, str):
+            unnamed += 1
+            continue
+        grader = GraderId(name, str(line.get("grader_version")), str(line.get("grader_model")))
+        first = Said(line.get("value"), str(line.get("reason")))
+        cache = line.get("cache")
+        repeat = cache in ("hit", "conflict")
+        own = (
+            Said(line.get("observed_value"), str(line.get("observed_reason"))) if repeat else first
+        )
+        tally.add_line(grader, line["input_hash"], cache, first, own)
+    return Stability(least_stable_first(tally.rows()), unnamed)
+
+
+def _scored(body: bytes) -> dict[str, Any] | None:
+    """A scored record line's fields; None for any other line."""
+    try:
+        line = json.loads(body)
+    except ValueError:
+        return None
+    if (
+        not isinstance(line, dict)
+        or line.get("event") != SCORED
+        or not isinstance(line.get("input_hash"), str)
+    ):
+        return None
+    return line
+
+
+def _moment(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _at_or_after(moment: datetime, since: datetime) -> bool:
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)) >= since
