@@ -99,6 +99,10 @@ def row(input_hash: str, case_id: str, seconds: int, **fields: Any) -> dict[str,
         "metric_version": METRIC_VERSION,
         "ragas_version": RAGAS_VERSION,
         "worker_version": "0.1.0",
+        # The attempts here name no grader (as those stored before issue 26).
+        "grader_name": None,
+        "grader_version": None,
+        "grader_model": None,
         "value": 2 / 3,
         "reason": factories.TWO_THIRDS_REASON,
         "status": "fail",
@@ -214,10 +218,10 @@ def test_csv_is_a_header_and_one_line_per_row(
     assert run.code == 0
     assert run.out.splitlines() == [
         "event,case_id,input_hash,contract_version,metric_version,ragas_version,"
-        "worker_version,value,reason,status,policy_group,policy_version,threshold,owner,cache,"
+        "worker_version,grader_name,grader_version,grader_model,value,reason,status,policy_group,policy_version,threshold,owner,cache,"
         "missing_claim_ids,findings,contract_drift,task_id,recorded_at",
         f"evidence_coverage.scored,refund-010,{H4},support-faq/2026-10,{METRIC_VERSION},"
-        f"{RAGAS_VERSION},0.1.0,,{UNKNOWN_REASON},invalid,default,cli:0.85,,evaluation-data,"
+        f"{RAGAS_VERSION},0.1.0,,,,,{UNKNOWN_REASON},invalid,default,cli:0.85,,evaluation-data,"
         "miss,,[],false,task-refund-010,2026-12-01T12:00:40Z",
     ]
 

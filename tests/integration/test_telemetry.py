@@ -80,7 +80,12 @@ def test_a_task_span_continues_the_upstream_trace_and_holds_the_evaluation_event
         "evidence_coverage.policy_group": "default",
         "evidence_coverage.cache": "miss",
         "evidence_coverage.contract_drift": False,
+        # The grader (issue 26): gen_ai.evaluation.evaluator.* as GenAI semconv PR #359 proposes.
+        "gen_ai.evaluation.evaluator.name": record["grader_name"],
+        "gen_ai.evaluation.evaluator.version": record["grader_version"],
+        "evidence_coverage.grader_model": record["grader_model"],
     }
+    assert (record["grader_name"], record["grader_version"]) == ("claim-attributor", "3.2.0")
     assert (record["trace_id"], record["span_id"]) == (upstream_trace, span.span_id)
 
 
