@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from contracts.messages import Grader
+from contracts.outcomes import value_json
 
 # The 0.975 quantile of the standard normal: a two-sided 95% interval.
 WILSON_Z = 1.959963984540054
@@ -43,20 +44,14 @@ class Judged(Protocol):
     def reason(self) -> str: ...
 
 
-OutcomeKey = tuple[str | None, str]
+OutcomeKey = tuple[str, str]
 
 
 def outcome_key(judged: Judged) -> OutcomeKey:
-    """Two outcomes are the same exactly when their keys are equal.
-
-    The stores' definition (worker/stores/base.py outcome_json(), which contracts may not
-    import), spelled here for the pure side: the value as repr() writes it (exact, so 0.5 and
-    0.50000000001 differ and -0.0 is not 0.0), None and non-finite values alike as None (the
-    stores keep both as null), the reason verbatim. A test holds the two definitions together.
-    """
-    value = judged.value
-    spelled = None if value is None or not math.isfinite(value) else float.__repr__(value)
-    return spelled, judged.reason
+    """Two outcomes are the same exactly when their keys are equal: the stores' definition
+    (worker/stores/base.py outcome_json()), the value spelled by the same value_json() and the
+    reason verbatim. A test holds the two together."""
+    return value_json(judged.value), judged.reason
 
 
 def same_outcome(first: Judged, other: Judged) -> bool:

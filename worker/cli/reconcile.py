@@ -67,7 +67,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.stores.identity import store_identity
+    from worker.stores.identity import named_store
     from worker.upstream.reconcile import as_line, cutoff
 
     url = args.store or settings.result_store_url
@@ -84,9 +84,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 print(dumps_line(as_line(entry, now=now, republished_as=None)))
                 found += 1
     # After the read: a store that cannot be read is one line on stderr, its error.
-    print(
-        f"reconcile: read the ledger of {store_identity(url, settings.key_prefix)}", file=sys.stderr
-    )
+    print(f"reconcile: read the ledger of {named_store(url, settings)}", file=sys.stderr)
     verb = "sent again" if args.republish else "listed"
     print(
         f"reconcile: {counted(found, 'message')} published before {before.isoformat()} "

@@ -348,9 +348,7 @@ class RecordLines:
         line.update(head)
         line.update(record_fields(record))
         if context:  # a record's own fields never carry raw text; its context may
-            line.update(context)
-            for field in RAW_TEXT_FIELDS.intersection(context):
-                line[field] = "[redacted]"
+            line.update(drop_raw_text(None, "", context))
         for key, value in self._context.items():
             line.setdefault(key, value)
         try:

@@ -38,7 +38,7 @@ from celery import bootsteps
 from worker.constants import STORE_ANNOUNCEMENT
 from worker.errors import TransientError
 from worker.observability.logging import get_logger
-from worker.stores.identity import cluster_identity, store_identity
+from worker.stores.identity import named_store
 
 # Renewals per TTL: two may fail (a broker blip) before the claim lapses.
 RENEWALS_PER_TTL = 3
@@ -167,24 +167,6 @@ def claims(app: Any, queues: list[str], mine: str, *, ttl_seconds: int) -> list[
     return refused
 
 
-def _cluster_of(url: str, settings: Any) -> str | None:
-    """cluster_identity() of the Redis store at `url`; None for any other store, or when the
-    store cannot tell now (the worker's start-up check reports an unreachable store)."""
-    if not url.startswith(("redis://", "rediss://")):
-        return None
-    import redis
-
-    options = settings.redis_tls_options() if url.startswith("rediss://") else {}
-    try:
-        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5, **options)
-        try:
-            return cluster_identity(client)
-        finally:
-            client.close()
-    except redis.RedisError:
-        return None
-
-
 class StoreAnnouncementStep(bootsteps.StartStopStep):  # type: ignore[misc]  # celery has no hints
     """Claim each consumed queue for this worker's store as the consumer starts (refusing to
     start on another store's claim), and renew the claims from the consumer's timer."""
@@ -194,8 +176,7 @@ class StoreAnnouncementStep(bootsteps.StartStopStep):  # type: ignore[misc]  # c
     def __init__(self, c: Any, **kwargs: Any) -> None:
         settings = c.app.settings
         self.ttl_seconds: int = settings.store_announcement_ttl_seconds
-        url = settings.result_store_url
-        self.identity = store_identity(url, settings.key_prefix, cluster=_cluster_of(url, settings))
+        self.identity = named_store(settings.result_store_url, settings)
         self._entry: Any = None
         self._failing = False
         super().__init__(c, **kwargs)

@@ -34,9 +34,10 @@ import orjson
 from pydantic_core import to_json
 
 from contracts import Alert, Attempt
+from contracts.outcomes import value_json
 from contracts.records import KeptCitation
 from contracts.triage import Finding
-from worker.stores.base import outcome_json, value_json
+from worker.stores.base import outcome_json
 
 # Every Attempt field is in one of three groups (a unit test checks it): a field added to
 # Attempt must be added here and to the functions that spell its group.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
@@ -12,7 +11,7 @@ from typing import NamedTuple, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from contracts import Alert, Attempt
-from contracts.outcomes import CacheOutcome
+from contracts.outcomes import CacheOutcome, value_json
 from contracts.records import AlertKind, AnyAlert, ContractDriftAlert
 from worker.stores.ledger import Leases, Ledger
 
@@ -186,13 +185,6 @@ def outcome_json(attempt: Attempt) -> str:
     written out because it runs several times per attempt.
     """
     return f"[{value_json(attempt.value)}, {encode_basestring(attempt.reason)}]"
-
-
-def value_json(value: float | None) -> str:
-    """A metric value as outcome_json() spells it, also valid JSON for an attempt's `value`."""
-    if value is None or not math.isfinite(value):
-        return "null"
-    return float.__repr__(value)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

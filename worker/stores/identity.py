@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from worker.settings import display_path, masked_url, redis_db
+from worker.settings import Settings, display_path, masked_url, redis_db
+from worker.stores import SQLITE_PREFIX
 
 DEFAULT_REDIS_PORT = 6379
-SQLITE_PREFIX = "sqlite:///"
 
 
 def cluster_identity(client: Any) -> str | None:
@@ -33,12 +33,38 @@ def cluster_identity(client: Any) -> str | None:
     the cluster knows (CLUSTER NODES; a failed master stays listed until it is forgotten), the
     same whichever node answers. Adding or forgetting a node makes it another name.
     """
-    if not int(client.info("cluster").get("cluster_enabled", 0)):
+    from worker.stores.redis_cluster import cluster_enabled
+
+    if not cluster_enabled(client):
         return None
     reply = client.execute_command("CLUSTER", "NODES")
     text = reply.decode() if isinstance(reply, bytes) else str(reply)
     ids = sorted(line.split()[0] for line in text.splitlines() if line.strip())
     return "Redis Cluster " + hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
+
+
+def named_store(url: str, settings: Settings) -> str:
+    """store_identity() of the store at `url`, a Redis Cluster's by cluster_identity(): what a
+    worker announces and what `reconcile` says it reads, the same for one store."""
+    return store_identity(url, settings.key_prefix, cluster=_cluster_of(url, settings))
+
+
+def _cluster_of(url: str, settings: Settings) -> str | None:
+    """cluster_identity() of the Redis store at `url`; None for any other store, or when the
+    store cannot tell now (the worker's start-up check reports an unreachable store)."""
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    import redis
+
+    options = settings.redis_tls_options() if url.startswith("rediss://") else {}
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5, **options)
+        try:
+            return cluster_identity(client)
+        finally:
+            client.close()
+    except redis.RedisError:
+        return None
 
 
 def store_identity(

@@ -519,10 +519,15 @@ def cluster_name(url: str, masters: int) -> str:
     return f"{masked_url(url)} (Redis Cluster, {masters} masters)"
 
 
+def cluster_enabled(client: redis.Redis) -> bool:
+    """Whether `client`'s server is a node of a Redis Cluster (INFO cluster)."""
+    return bool(int(client.info("cluster").get("cluster_enabled", 0)))
+
+
 def cluster_masters(client: redis.Redis, name: str) -> int | None:
     """The number of masters when `client`'s server is a node of a Redis Cluster, else None.
     A cluster with a slot no master serves cannot take every write: a ConfigurationError."""
-    if not int(client.info("cluster").get("cluster_enabled", 0)):
+    if not cluster_enabled(client):
         return None
     reply = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
     text = reply.decode() if isinstance(reply, bytes) else str(reply)
