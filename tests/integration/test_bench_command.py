@@ -114,3 +114,32 @@ def test_bench_runs_the_worker_of_another_checkout_on_its_own_messages(
     assert mark.exists()
     assert [(run["phase"], run["messages"]) for run in summary["runs"]] == [("batch", 200)]
     assert summary["batch_msgs_per_s"] > 0
+
+
+def test_bench_with_metrics_runs_workers_that_count(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--metrics: the worker exports its counters as deploy/ runs it; what it counted by the
+    end is every message of the run and its warm-up (8 tasks a pool process, 2 of them, 50
+    messages a task), and the mix's repeats as re-grades."""
+    code = main(
+        [
+            "bench",
+            "--messages",
+            "200",
+            "--batch-size",
+            "50",
+            "--broker",
+            BENCH_BROKER,
+            "--phases",
+            "batch",
+            "--metrics",
+            "--json",
+        ]
+    )
+
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert summary["batch_metrics_messages"] == 200 + 8 * 2 * 50
+    assert summary["batch_metrics_regrades"] > 0
+    assert list(redis.Redis.from_url(BENCH_BROKER).scan_iter(match="*bench-*")) == []

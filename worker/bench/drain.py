@@ -12,12 +12,15 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -26,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import AttributionResult
 from worker.bench.launch import worker_command
 from worker.constants import NOOP, SCORE, SCORE_BATCH
+from worker.observability.metrics import MULTIPROC_ENV
 from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores import open_store
@@ -64,6 +69,10 @@ class PhaseResult:
     # includes the broker's.
     store_bytes_per_msg: float | None = None
     store_cpu_us_per_msg: float | None = None
+    # With --metrics: what the worker's /metrics counted by the end (warm-up included), so a
+    # run shows its counters were on: messages by any label, re-grades by any grader.
+    metrics_messages: float | None = None
+    metrics_regrades: float | None = None
     rss_samples_mb: list[float] = field(default_factory=list, repr=False)
     rss_samples_by_process: list[dict[int, float]] = field(default_factory=list, repr=False)
 
@@ -173,6 +182,9 @@ class BenchConfig:
     store_url: str | None = None  # None: the broker's Redis
     # Another checkout whose worker is run on this checkout's messages (None: this one's).
     worker_checkout: Path | None = None
+    # Workers export Prometheus metrics as deploy/ runs them (a port and a multiprocess
+    # directory): the counters' cost on the hot path, measured against a run without.
+    metrics: bool = False
 
 
 class Bench:
@@ -189,6 +201,8 @@ class Bench:
         self.app = create_app(self.settings)
         self.messages = list(sample_messages(min(config.messages, MAX_QUEUED_MESSAGES)))
         self.published_at: dict[str, float] = {}
+        self._metrics_dirs: list[Path] = []
+        self._metrics_port: int | None = None
         self._redis = (
             redis.Redis.from_url(config.broker_url)
             if config.broker_url.startswith(("redis://", "rediss://"))
@@ -279,6 +293,7 @@ class Bench:
         worker = self._start_worker(
             f"{queue}-warm-up", node, records_path if keep_records else None
         )
+        metrics_port = self._metrics_port
         rss = Rss(worker.pid)
         samples: list[dict[int, float]] = []
         try:
@@ -292,6 +307,7 @@ class Bench:
             if feeder is not None:
                 feeder.join()
             after = self._store_usage()
+            counted = self._scrape(metrics_port) if metrics_port else None
         finally:
             self._stop_worker(worker)
         seconds = max(finished - started, 1e-9)
@@ -313,6 +329,8 @@ class Bench:
             peak_rss_mb=round(max((sum(s.values()) for s in samples), default=0.0), 1),
             store_bytes_per_msg=None if grown is None else round(grown[0], 1),
             store_cpu_us_per_msg=None if grown is None else round(grown[1], 2),
+            metrics_messages=None if counted is None else counted[0],
+            metrics_regrades=None if counted is None else counted[1],
             rss_samples_mb=[round(sum(sample.values()), 1) for sample in samples],
             rss_samples_by_process=samples,
         )
@@ -395,6 +413,14 @@ class Bench:
             "EVIDENCE_LOG_FORMAT": "json",
         }
         env.pop("EVIDENCE_ALERT_WEBHOOK_URL", None)
+        env.pop(MULTIPROC_ENV, None)
+        env.pop("EVIDENCE_METRICS_PORT", None)
+        self._metrics_port = None
+        if self.config.metrics:
+            self._metrics_port = free_port()
+            env["EVIDENCE_METRICS_PORT"] = str(self._metrics_port)
+            env[MULTIPROC_ENV] = tempfile.mkdtemp(prefix=f"{self.prefix}-metrics-")
+            self._metrics_dirs.append(Path(env[MULTIPROC_ENV]))
         checkout = self.config.worker_checkout
         if checkout is not None:
             env["PYTHONPATH"] = str(checkout)
@@ -459,8 +485,22 @@ class Bench:
             server.close()
         return used, cpu
 
+    @staticmethod
+    def _scrape(port: int) -> tuple[float, float]:
+        """(messages, re-grades) the worker on `port` exports, summed over their labels."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        messages, regrades = "evidence_coverage_messages_total", "evidence_coverage_regrades_total"
+        totals = {messages: 0.0, regrades: 0.0}
+        for family in text_string_to_metric_families(text.decode()):
+            for sample in family.samples:
+                if sample.name in totals:
+                    totals[sample.name] += sample.value
+        return totals[messages], totals[regrades]
+
     def _cleanup(self) -> None:
         self.ledger.close()
+        for directory in self._metrics_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
         client = self._redis
         if client is not None:
             keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
@@ -470,6 +510,13 @@ class Bench:
         store_url = self.settings.result_store_url
         if store_url != self.config.broker_url and store_url.startswith(("redis://", "rediss://")):
             forget_keys(store_url, self.prefix)
+
+
+def free_port() -> int:
+    """A TCP port free on this host now, for a worker's metrics endpoint."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def store_servers(url: str) -> list[redis.Redis]:
@@ -537,7 +584,12 @@ def summarize(results: list[PhaseResult]) -> dict[str, Any]:
         summary[f"{phase}_p50_latency_ms"] = runs[-1].p50_latency_ms
         summary[f"{phase}_p99_latency_ms"] = runs[-1].p99_latency_ms
         summary[f"{phase}_peak_rss_mb"] = max(run.peak_rss_mb for run in runs)
-        for figure in ("store_bytes_per_msg", "store_cpu_us_per_msg"):
+        for figure in (
+            "store_bytes_per_msg",
+            "store_cpu_us_per_msg",
+            "metrics_messages",
+            "metrics_regrades",
+        ):
             values = [value for run in runs if (value := getattr(run, figure)) is not None]
             if values:
                 summary[f"{phase}_{figure}"] = round(statistics.median(values), 2)

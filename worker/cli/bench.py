@@ -77,6 +77,13 @@ def register(commands: Any) -> None:
         "versions compared on the same messages (default: this checkout)",
     )
     parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="workers export Prometheus metrics as deploy/ runs them (EVIDENCE_METRICS_PORT and "
+        "a PROMETHEUS_MULTIPROC_DIR of the run's own): compare with a run without to see the "
+        "counters' cost (default: no metrics, as the figures in docs/performance.md)",
+    )
+    parser.add_argument(
         "--micro", action="store_true", help="only the scoring microbenchmark (no services needed)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -113,6 +120,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         broker_url=args.broker or settings.bench_broker_url,
         store_url=args.store,
         worker_checkout=_checkout(args.worker_checkout),
+        metrics=args.metrics,
     )
     summary = summarize(Bench(config, progress=lambda line: print(line, file=sys.stderr)).run())
     print(json.dumps(summary) if args.json else _table(summary))
