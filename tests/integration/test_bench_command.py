@@ -51,6 +51,9 @@ def test_bench_json_reports_every_phase_and_leaves_no_keys(
     assert [run["phase"] for run in summary["runs"]] == ["noop", "score", "batch"]
     assert all(run["messages"] == 400 for run in summary["runs"])
     assert summary["score_p99_latency_ms"] >= summary["score_p50_latency_ms"] > 0
+    # Solo: the one process scores; it has no pool children to spend CPU.
+    assert summary["score_worker_main_cpu_us_per_msg"] > 0
+    assert summary["score_worker_pool_cpu_us_per_msg"] == 0
     assert list(redis.Redis.from_url(BENCH_BROKER).scan_iter(match="*bench-*")) == []
 
 
@@ -142,4 +145,7 @@ def test_bench_with_metrics_runs_workers_that_count(
     assert code == 0
     assert summary["batch_metrics_messages"] == 200 + 8 * 2 * 50
     assert summary["batch_metrics_regrades"] > 0
+    # Prefork: the CPU the main process and the pool children spent per message, apart.
+    assert summary["batch_worker_main_cpu_us_per_msg"] > 0
+    assert summary["batch_worker_pool_cpu_us_per_msg"] > 0
     assert list(redis.Redis.from_url(BENCH_BROKER).scan_iter(match="*bench-*")) == []

@@ -50,6 +50,7 @@ POLL_SECONDS = 0.01  # ±10 ms on drains of seconds; rarer checks leave the brok
 RSS_SAMPLE_SECONDS = 0.25
 WARM_UP_TASKS_PER_PROCESS = 8  # twice the prefetch: every pool process has run tasks before timing
 WORKER_START_SECONDS = 60.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -69,6 +70,11 @@ class PhaseResult:
     # includes the broker's.
     store_bytes_per_msg: float | None = None
     store_cpu_us_per_msg: float | None = None
+    # CPU the worker's main process (consumer, acks) and its pool children (scoring, the
+    # store's writes, the lines) used over the drain, per message: beside throughput, what a
+    # change cost where, less at the mercy of the machine's other load than time.
+    worker_main_cpu_us_per_msg: float | None = None
+    worker_pool_cpu_us_per_msg: float | None = None
     # With --metrics: what the worker's /metrics counted by the end (warm-up included), so a
     # run shows its counters were on: messages by any label, re-grades by any grader.
     metrics_messages: float | None = None
@@ -154,6 +160,20 @@ class Rss:
                 continue
             pending.extend(int(child) for child in children)
         return pids
+
+    def cpu_seconds(self) -> dict[int, float]:
+        """CPU seconds (user and system) each process of the worker has used so far."""
+        used: dict[int, float] = {}
+        for pid in self._pids():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            # Fields after the command name (which may hold spaces) in parentheses; utime and
+            # stime are the 14th and 15th of the whole line.
+            fields = stat[stat.rindex(")") + 2 :].split()
+            used[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return used
 
     def by_process(self) -> dict[int, float]:
         """MB resident per process of the worker (main process and pool children)."""
@@ -299,6 +319,7 @@ class Bench:
         try:
             self._warm_up(phase, f"{queue}-warm-up", total)
             before = self._store_usage()
+            cpu_before = rss.cpu_seconds()
             prefill = min(total, MAX_QUEUED_MESSAGES)
             self._publish(phase, queue, 0, prefill)
             self._consume(node, queue)
@@ -307,6 +328,7 @@ class Bench:
             if feeder is not None:
                 feeder.join()
             after = self._store_usage()
+            cpu_after = rss.cpu_seconds()
             counted = self._scrape(metrics_port) if metrics_port else None
         finally:
             self._stop_worker(worker)
@@ -316,6 +338,7 @@ class Bench:
             if before is None or after is None
             else ((after[0] - before[0]) / total, (after[1] - before[1]) / total * 1e6)
         )
+        main_cpu, pool_cpu = _cpu_used(worker.pid, cpu_before, cpu_after)
         latencies = self._latencies(records_path) if keep_records else []
         records_path.unlink(missing_ok=True)
         return PhaseResult(
@@ -329,6 +352,8 @@ class Bench:
             peak_rss_mb=round(max((sum(s.values()) for s in samples), default=0.0), 1),
             store_bytes_per_msg=None if grown is None else round(grown[0], 1),
             store_cpu_us_per_msg=None if grown is None else round(grown[1], 2),
+            worker_main_cpu_us_per_msg=round(main_cpu / total * 1e6, 1),
+            worker_pool_cpu_us_per_msg=round(pool_cpu / total * 1e6, 1),
             metrics_messages=None if counted is None else counted[0],
             metrics_regrades=None if counted is None else counted[1],
             rss_samples_mb=[round(sum(sample.values()), 1) for sample in samples],
@@ -512,6 +537,14 @@ class Bench:
             forget_keys(store_url, self.prefix)
 
 
+def _cpu_used(main: int, before: dict[int, float], after: dict[int, float]) -> tuple[float, float]:
+    """CPU seconds between two readings: the main process's, and its children's summed (a
+    child that started in between counts from zero)."""
+    main_used = after.get(main, 0.0) - before.get(main, 0.0)
+    pool_used = sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items() if pid != main)
+    return main_used, pool_used
+
+
 def free_port() -> int:
     """A TCP port free on this host now, for a worker's metrics endpoint."""
     with socket.socket() as sock:
@@ -587,6 +620,8 @@ def summarize(results: list[PhaseResult]) -> dict[str, Any]:
         for figure in (
             "store_bytes_per_msg",
             "store_cpu_us_per_msg",
+            "worker_main_cpu_us_per_msg",
+            "worker_pool_cpu_us_per_msg",
             "metrics_messages",
             "metrics_regrades",
         ):
