@@ -10,10 +10,12 @@ messages alive together, a tenth of `score`'s instructions per message went to t
 At 100,000 the young generation is walked far less often, which costs the same as turning the
 collector off (callgrind, docs/performance.md), while the rare cycles are still collected.
 
-`score` settles so. The worker's pool only freezes (worker/runtime/pool.py): with a young
-generation of 20,000 set before the fork, Celery's main process, which makes many cycles and
-bounds the single-message phase, took `score` from 0.93 to 0.83 of the no-op task's rate
-(f5bffdb).
+`score` settles so. The worker's pool freezes the start-up heap before it forks
+(worker/runtime/pool.py) and spaces collections out in each pool process as it starts
+(`space_out`), not in Celery's main process: that one makes many cycles and bounds the
+single-message phase, and a young generation of 20,000 set there before the fork took `score`
+from 0.93 to 0.83 of the no-op task's rate (f5bffdb). In the pool processes, which score, the
+same spacing took the batch phase's pool CPU from 130 to N µs a message (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -31,8 +33,14 @@ def settle() -> tuple[int, int, int]:
     before = gc.get_threshold()
     gc.collect()
     gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, *OLDER_THRESHOLDS)
+    space_out()
     return before
+
+
+def space_out() -> None:
+    """Young collections every YOUNG_THRESHOLD net allocations, in this process alone: a pool
+    process as it starts, whose start-up heap its parent froze before the fork."""
+    gc.set_threshold(YOUNG_THRESHOLD, *OLDER_THRESHOLDS)
 
 
 def restore(thresholds: tuple[int, int, int]) -> None:

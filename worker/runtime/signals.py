@@ -20,7 +20,7 @@ from celery import signals
 
 from worker.errors import ConfigurationError
 from worker.observability import metrics, telemetry
-from worker.runtime import termination
+from worker.runtime import collector, termination
 
 if TYPE_CHECKING:
     from celery.utils.dispatch import Signal
@@ -64,6 +64,12 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
         if current_process().name != "MainProcess":
             termination.install()
 
+    def space_out_collections_in_pool_process(**_: Any) -> None:
+        # Not in the main process, where the solo pool sends this too: Celery's own loop
+        # there makes many cycles (worker/runtime/collector.py).
+        if current_process().name != "MainProcess":
+            collector.space_out()
+
     def close_service(pid: int | None = None, **_: Any) -> None:
         app.close_service()
         metrics.forget_process(pid or os.getpid())
@@ -79,6 +85,7 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
         (signals.worker_process_init, export_metrics_in_pool_process),
         (signals.worker_process_init, start_telemetry_in_pool_process),
         (signals.worker_process_init, hold_sigterm_in_pool_process),
+        (signals.worker_process_init, space_out_collections_in_pool_process),
         (signals.worker_process_shutdown, close_service),
         (signals.worker_shutdown, remove_metrics_dir),
     ]

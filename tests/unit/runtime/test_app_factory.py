@@ -103,6 +103,7 @@ def test_connect_puts_each_handler_on_its_signal_once_however_often_it_is_called
             "export_metrics_in_pool_process",
             "start_telemetry_in_pool_process",
             "hold_sigterm_in_pool_process",
+            "space_out_collections_in_pool_process",
         ],
         "worker_process_shutdown": ["close_service"],
         "worker_shutdown": ["remove_metrics_dir"],
@@ -141,4 +142,4 @@ def test_nothing_is_connected_by_importing_the_runtime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
 
-    assert result.stdout == "0 11\n"
+    assert result.stdout == "0 12\n"

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import gc
 import weakref
+from types import SimpleNamespace
 
+import pytest
+
+from worker.runtime import signals
+from worker.runtime.celery_app import create_app
 from worker.runtime.collector import OLDER_THRESHOLDS, YOUNG_THRESHOLD, restore, settle
+from worker.settings import Settings
 
 
 class Node:
@@ -40,3 +46,26 @@ def test_a_cycle_made_after_settle_is_still_collected() -> None:
         del kept
     finally:
         restore(thresholds)
+
+
+@pytest.mark.parametrize(
+    ("process_name", "spaced"),
+    [("ForkPoolWorker-1", True), ("MainProcess", False)],
+)
+def test_a_pool_process_spaces_collections_out_as_it_starts_and_the_main_process_does_not(
+    monkeypatch: pytest.MonkeyPatch, process_name: str, spaced: bool
+) -> None:
+    """worker_process_init's handler: in a forked pool process, young collections every
+    100,000; in the main process (where the solo pool sends the signal too), CPython's."""
+    handler = {
+        handler.__name__: handler for _, handler in signals._handlers(create_app(Settings()))
+    }["space_out_collections_in_pool_process"]
+    monkeypatch.setattr(signals, "current_process", lambda: SimpleNamespace(name=process_name))
+    before = gc.get_threshold()
+    try:
+        handler()
+        after = gc.get_threshold()
+    finally:
+        gc.set_threshold(*before)
+    assert after == ((YOUNG_THRESHOLD, *OLDER_THRESHOLDS) if spaced else before)
+    assert gc.get_freeze_count() == 0  # the parent froze before the fork; nothing here
