@@ -499,14 +499,17 @@ class Bench:
         if not url.startswith(("redis://", "rediss://")):
             return None
         used, cpu = 0, 0.0
-        for server in store_servers(url):
+        servers = store_servers(url)
+        # CPU first: the SCAN and MEMORY USAGE pass below is the bench's, not the worker's.
+        for server in servers:
+            info = server.info("cpu")
+            cpu += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        for server in servers:
             keys = list(server.scan_iter(match=f"{self.prefix}:*", count=1000))
             pipe = server.pipeline(transaction=False)
             for key in keys:
                 pipe.memory_usage(key, samples=0)
             used += sum(size or 0 for size in pipe.execute())
-            info = server.info("cpu")
-            cpu += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
             server.close()
         return used, cpu
 
