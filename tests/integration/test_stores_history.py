@@ -40,6 +40,24 @@ def test_history_of_unknown_hash_is_none(store: ResultStore) -> None:
     assert store.history(OTHER_HASH) is None
 
 
+def test_histories_are_each_hash_s_history_in_order(store: ResultStore) -> None:
+    """histories() gives what history() gives for each hash, in the order asked, None for one
+    never recorded, a hash asked twice twice; on a cluster the hashes lie in several slots."""
+    hashes = [(f"{n:x}" * 64)[:64] for n in range(1, 9)]
+    for position, input_hash in enumerate(hashes):
+        for n in range(1, position % 3 + 2):  # one, two or three attempts
+            store.record(input_hash, attempt(n, value=0.5 if n == 3 else 1.0), now=FIXED_NOW)
+    asked = [hashes[3], OTHER_HASH, *hashes, hashes[3]]
+
+    histories = store.histories(asked)
+
+    assert histories == [store.history(input_hash) for input_hash in asked]
+    assert [None if h is None else h.total_attempts for h in histories] == [
+        1, None, 1, 2, 3, 1, 2, 3, 1, 2, 1,
+    ]  # fmt: skip
+    assert store.histories([]) == []
+
+
 def test_attempts_are_bounded_to_the_newest(make_store: StoreFactory) -> None:
     """With a bound of 3, five attempts keep the newest 3, count 5, and the original first."""
     store = make_store(max_attempts_per_hash=3)

@@ -10,9 +10,10 @@ apart: it cannot be put under one.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, NamedTuple
 
 from contracts import Attempt
@@ -24,6 +25,9 @@ from contracts.stability import (
     least_stable_first,
 )
 from worker.stores import OutcomeStore
+from worker.stores.base import History
+
+HISTORY_PAGE = 500  # input hashes whose histories one round trip reads
 
 
 class Said(NamedTuple):
@@ -58,8 +62,7 @@ def store_stability(store: OutcomeStore, since: datetime | None = None) -> Stabi
     with the first). With `since`, a hash counts when its first or a later attempt was
     recorded at or after it."""
     tally, unnamed = StabilityTally(), 0
-    for input_hash, first in store.first_outcomes_by_time():
-        history = store.history(input_hash)
+    for input_hash, first, history in _with_histories(store):
         if history is None:  # expired between the two reads
             continue
         attempts = history.attempts
@@ -76,6 +79,19 @@ def store_stability(store: OutcomeStore, since: datetime | None = None) -> Stabi
         for attempt in (first, *later):
             tally.add(grader, input_hash, attempt)
     return Stability(least_stable_first(tally.rows()), unnamed)
+
+
+def _with_histories(
+    store: OutcomeStore,
+) -> Iterator[tuple[str, Attempt, History | None]]:
+    """Each first outcome by time, with its history, read HISTORY_PAGE hashes at a time (one
+    round trip a page on Redis, where a read per hash made `stability --store` 2.5 times
+    slower than `records`)."""
+    firsts = iter(store.first_outcomes_by_time())
+    while page := list(islice(firsts, HISTORY_PAGE)):
+        histories = store.histories([input_hash for input_hash, _ in page])
+        for (input_hash, first), history in zip(page, histories, strict=True):
+            yield input_hash, first, history
 
 
 def records_stability(

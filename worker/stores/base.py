@@ -250,6 +250,11 @@ class OutcomeStore(Protocol):
         """The first attempt and the newest attempts, each whole (as it was recorded)."""
         ...
 
+    def histories(self, input_hashes: Sequence[str]) -> list[History | None]:
+        """history() of each hash, in order, in one round trip where the store has them
+        (a whole store's histories are read a page at a time: `stability --store`)."""
+        ...
+
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         """Every stored (input hash, first attempt), in no particular order (for the canary)."""
         ...

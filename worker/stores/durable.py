@@ -141,6 +141,9 @@ class DurableStore(RecordOne):
     def history(self, *args: Any, **kwargs: Any) -> History | None:
         return self.inner.history(*args, **kwargs)
 
+    def histories(self, input_hashes: Sequence[str]) -> list[History | None]:
+        return self.inner.histories(input_hashes)
+
     def first_outcomes(self) -> Iterator[tuple[str, Attempt]]:
         return self.inner.first_outcomes()
 

@@ -596,20 +596,42 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         return self._call(read)
 
     def history(self, input_hash: str) -> History | None:
-        def run() -> tuple[list[bytes | None], list[bytes], int]:
-            pipe = self.client.pipeline(transaction=False)
-            # Not HGETALL: the hash also holds the recent write ids.
-            pipe.hmget(self.keys.outcome(input_hash), ["first", "total"])
-            pipe.lrange(self.keys.attempts(input_hash), 0, -1)
-            pipe.pttl(self.keys.outcome(input_hash))
-            fields, attempts, ttl_ms = pipe.execute()
-            return fields, attempts, ttl_ms
+        return self.histories([input_hash])[0]
 
-        (first_json, total), attempts, ttl_ms = self._call(run)
+    def histories(self, input_hashes: Sequence[str]) -> list[History | None]:
+        if not input_hashes:
+            return []
+
+        def run() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for input_hash in input_hashes:
+                # Not HGETALL: the hash also holds the recent write ids.
+                pipe.hmget(self.keys.outcome(input_hash), ["first", "total"])
+                pipe.lrange(self.keys.attempts(input_hash), 0, -1)
+                pipe.pttl(self.keys.outcome(input_hash))
+            return pipe.execute()
+
+        replies = self._call(run)
+        now = datetime.now(UTC)
+        return [
+            self._history(input_hash, *replies[3 * position : 3 * position + 3], now=now)
+            for position, input_hash in enumerate(input_hashes)
+        ]
+
+    def _history(
+        self,
+        input_hash: str,
+        fields: list[bytes | None],
+        attempts: list[bytes],
+        ttl_ms: int,
+        *,
+        now: datetime,
+    ) -> History | None:
+        first_json, total = fields
         if first_json is None or total is None:
             return None
         # PTTL is -1 for a key kept forever; report expiry as the SQLite store does.
-        expires_at = datetime.now(UTC) + timedelta(milliseconds=ttl_ms) if ttl_ms > 0 else None
+        expires_at = now + timedelta(milliseconds=ttl_ms) if ttl_ms > 0 else None
         first = Attempt.model_validate_json(first_json)
         return History(
             input_hash=input_hash,

@@ -751,6 +751,10 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
             expires_at=datetime.fromisoformat(row[3]) if row[3] else None,
         )
 
+    def histories(self, input_hashes: Sequence[str]) -> list[History | None]:
+        # A local file: a query per hash costs no round trip.
+        return [self.history(input_hash) for input_hash in input_hashes]
+
     def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
         pair = (contract_version, case_id)
         first = self._contracts({pair}).get(pair)

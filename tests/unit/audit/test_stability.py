@@ -15,6 +15,7 @@ from contracts import AttributionResult
 from contracts.stability import GraderId, GraderStability, least_stable_first
 from tests import factories
 from tests.conftest import FIXED_NOW
+from worker.audit import stability as stability_module
 from worker.audit.stability import Stability, records_stability, store_stability
 from worker.pipeline.scoring import process
 from worker.stores import OutcomeStore
@@ -214,3 +215,26 @@ def test_rows_are_least_stable_first_and_unknown_last() -> None:
     ]
 
     assert [row.grader.name for row in least_stable_first(rows)] == ["d", "a", "b", "c"]
+
+
+def test_a_store_s_histories_are_read_a_page_at_a_time(
+    store: OutcomeStore, message: Callable[..., AttributionResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One histories() call per page of first outcomes (a round trip each on Redis), never
+    one per hash; the figures are the same as read whole."""
+    for case in ("c-1", "c-2", "c-3", "c-4", "c-5"):
+        grade(store, message, case)
+    grade(store, message, "c-4", supported=ALL, at=FIXED_NOW + timedelta(seconds=1))
+    whole = store_stability(store)
+    pages: list[list[str]] = []
+    read = store.histories
+
+    def counted(input_hashes: list[str]) -> list[Any]:
+        pages.append(list(input_hashes))
+        return read(input_hashes)
+
+    monkeypatch.setattr(store, "histories", counted)
+    monkeypatch.setattr(stability_module, "HISTORY_PAGE", 2)
+
+    assert store_stability(store) == whole == Stability([GraderStability(OLD, 5, 1, 1)])
+    assert [len(page) for page in pages] == [2, 2, 1]
