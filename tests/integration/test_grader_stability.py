@@ -149,7 +149,15 @@ def test_stability_report_and_metrics_agree_on_re_grades_through_a_real_worker(
 
     # /metrics: each hit or conflict record is a re-grade, each conflict a flip, summed over
     # both pool children; C's series exist at 0.
-    samples = scrape_until(port, lambda got: counted(got, "regrades", A) >= 4, timeout=30)
+    # A record's line is written before its counts: wait for the last message's to land.
+    def settled(got: Samples) -> bool:
+        return (
+            counted(got, "regrades", A) >= 4
+            and counted(got, "regrades", B) >= 3
+            and counted(got, "flips", B) >= 1
+        )
+
+    samples = scrape_until(port, settled, timeout=30)
     graders = {"A": A, "B": B, "C": C}
     regrades = {name: counted(samples, "regrades", grader) for name, grader in graders.items()}
     flips = {name: counted(samples, "flips", grader) for name, grader in graders.items()}
