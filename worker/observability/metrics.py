@@ -111,6 +111,15 @@ SINGLE_PROCESS_PROBLEM = (
 )
 
 
+def _child(children: dict[tuple[str, ...], Any], metric: Any, values: tuple[str, ...]) -> Any:
+    """`metric.labels(*values)`, kept in `children` after the first call (label values are
+    text here already, as labels() would make them)."""
+    child = children.get(values)
+    if child is None:
+        child = children[values] = metric.labels(*values)
+    return child
+
+
 class Metrics:
     """The worker's counters and histogram; every method is a no-op when disabled."""
 
@@ -157,6 +166,11 @@ class Metrics:
             grader_labels,
         )
         self._graders: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        # Each labelled series' child, by its label values in the metric's label order: what
+        # labels() returns, without its lock and its keyword handling on every record.
+        self._message_children: dict[tuple[str, ...], Any] = {}
+        self._coverage_children: dict[tuple[str, ...], Any] = {}
+        self._threshold_children: dict[tuple[str, ...], Any] = {}
         # Per contract version (versions are never mixed, SPEC §7) and policy group; a label
         # value per contract version a deployment ever sees, a handful in practice.
         self.coverage = Histogram(
@@ -230,19 +244,19 @@ class Metrics:
                 continue
             if record.event == "evidence_coverage.rejected":
                 self.rejected.inc()
-            self.messages.labels(
-                status=record.status,
-                cache=record.cache or NO_LABEL,
-                owner=record.owner or NO_LABEL,
+            _child(
+                self._message_children,
+                self.messages,
+                (record.status, record.cache or NO_LABEL, record.owner or NO_LABEL),
             ).inc()
             self.latency.observe(seconds_per_message)
             group = record.policy_group or NO_LABEL
             if record.value is not None and record.contract_version is not None:
-                self.coverage.labels(
-                    contract_version=record.contract_version, policy_group=group
+                _child(
+                    self._coverage_children, self.coverage, (record.contract_version, group)
                 ).observe(record.value)
             if record.threshold is not None:
-                self.threshold.labels(policy_group=group).set(record.threshold)
+                _child(self._threshold_children, self.threshold, (group,)).set(record.threshold)
             if record.grader_name is not None:
                 self._count_regrade(record)
             published = published_at[position] if position < len(published_at) else None
