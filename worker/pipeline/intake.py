@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+import orjson
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
@@ -79,7 +80,31 @@ def check_encodable(message: AttributionResult) -> None:
     IDs are stored as UTF-8, and the grader is hashed through pydantic's JSON mode, which
     cannot encode one in a nested params key. Checked before scoring, so such a message ends
     as a rejected record instead of a traceback. Answer and context text may hold them.
+
+    orjson refuses a lone surrogate anywhere in what it is given, keys included: when it
+    spells the IDs and the grader, every check below would pass, and it costs a tenth of
+    dumping the grader through pydantic, on every message. What it refuses for another
+    reason (an integer beyond 64 bits in the grader's params) takes the checks.
     """
+    grader = message.grader
+    try:
+        orjson.dumps(
+            (
+                message.case_id,
+                message.required_claim_ids,
+                message.supported_claim_ids,
+                message.expected_evidence,
+                grader.name,
+                grader.version,
+                grader.model,
+                grader.prompt,
+                grader.params,
+            )
+        )
+    except orjson.JSONEncodeError:
+        pass
+    else:
+        return
     for name in ("case_id", "required_claim_ids", "supported_claim_ids"):
         value = getattr(message, name)
         try:
