@@ -3,11 +3,15 @@ gives, in order, within one script call or across several, bounds included."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from contracts import Alert, Attempt
 from tests.conftest import FIXED_NOW
+from tests.factories import ledger_entry
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, OTHER_HASH, TWO_THIRDS, StoreFactory, attempt
-from worker.stores import History, Recorded, ResultStore
+from worker.stores import DeadLetter, History, Recorded, ResultStore
 from worker.stores.redis import RedisStore
 
 # The store suite's fixtures: every store kind (SQLite, fakeredis, real Redis) in turn.
@@ -135,3 +139,98 @@ def test_record_many_trims_to_the_bound_within_and_across_batches(
     assert store.history(HASH) == History(
         input_hash=HASH, first=attempts[0], attempts=attempts[5:], total_attempts=8
     )
+
+
+# --- a batch's dead letters, in the same call ------------------------------------------------
+
+NOW_LETTERS = datetime.now(UTC) + timedelta(hours=1)  # after every entry's noted_at
+
+
+def letter(position: int, error: str = "schema: answer: Field required") -> DeadLetter:
+    return DeadLetter(
+        received_at=FIXED_NOW, error=error, body="{}", task_id="task-9", position=position
+    )
+
+
+def kept(store: ResultStore) -> list[tuple[str | None, int | None, str]]:
+    """The letters a store keeps, as (task, position, error): it adds the body's digest."""
+    return [(kept.task_id, kept.position, kept.error) for kept in store.dead_letters()]
+
+
+def test_record_many_keeps_its_letters_and_closes_their_entries(store: ResultStore) -> None:
+    """A task of four messages, two rejected: one call keeps both letters (oldest first) and
+    closes all four ledger entries, and records the other two as it would without them."""
+    store.note_published([ledger_entry("task-9", position) for position in range(4)])
+    letters = [letter(1), letter(3, "message is 9 bytes, over the 8-byte limit")]
+
+    results = store.record_many(
+        [(HASH, attempt(1)), (OTHER_HASH, attempt(2))],
+        now=FIXED_NOW,
+        write_ids=["task-9:0", "task-9:2"],
+        letters=letters,
+    )
+
+    assert [r.cache for r in results] == ["miss", "miss"]
+    assert kept(store) == [(one.task_id, one.position, one.error) for one in letters]
+    assert list(store.unrecorded(published_before=NOW_LETTERS)) == []
+
+
+def test_record_many_of_letters_alone_keeps_them(store: ResultStore) -> None:
+    """A task whose messages were all rejected: nothing to record, its letters still kept."""
+    store.note_published([ledger_entry("task-9", 0)])
+
+    assert store.record_many([], now=FIXED_NOW, letters=[letter(0)]) == []
+
+    assert kept(store) == [("task-9", 0, letter(0).error)]
+    assert list(store.unrecorded(published_before=NOW_LETTERS)) == []
+
+
+def test_record_many_sends_its_letters_in_the_records_round_trip(
+    make_redis_store: StoreFactory,
+) -> None:
+    """On one Redis the letters and the scripts go in one pipeline: one execute in all."""
+    store = make_redis_store()
+    assert isinstance(store, RedisStore)
+    store.record(OTHER_HASH, attempt(2), now=FIXED_NOW)  # the script is loaded: no NOSCRIPT
+    executed = []
+    pipeline = store.client.pipeline
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        pipe = pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        def run(*a: Any, **k: Any) -> Any:
+            executed.append(len(pipe.command_stack))
+            return execute(*a, **k)
+
+        pipe.execute = run
+        return pipe
+
+    store.client.pipeline = counting  # type: ignore[method-assign]
+
+    store.record_many(
+        [(HASH, attempt(1))], now=FIXED_NOW, write_ids=["task-9:0"], letters=[letter(1)]
+    )
+
+    # the letter's XADD and its entry's close, then the record script
+    assert executed == [3]
+    store.client.pipeline = pipeline  # type: ignore[method-assign]
+    assert kept(store) == [("task-9", 1, letter(1).error)]
+
+
+def test_record_many_after_script_flush_keeps_each_letter_once(
+    make_redis_store: StoreFactory,
+) -> None:
+    """The scripts re-run after NOSCRIPT; the letters, which went in the first pipeline, do
+    not go again."""
+    store = make_redis_store()
+    assert isinstance(store, RedisStore)
+    store.client.script_flush()
+
+    results = store.record_many(
+        [(HASH, attempt(1))], now=FIXED_NOW, write_ids=["task-9:0"], letters=[letter(1)]
+    )
+
+    assert [r.cache for r in results] == ["miss"]
+    assert kept(store) == [("task-9", 1, letter(1).error)]
+    assert store.history(HASH).total_attempts == 1  # type: ignore[union-attr]

@@ -32,7 +32,7 @@ from contracts.triage import Triage, row_owner
 from contracts.trusted import trusted
 from worker.pipeline.intake import case_id_of, storable
 from worker.pipeline.redaction import excerpt
-from worker.stores import OutcomeStore, Recorded
+from worker.stores import DeadLetter, OutcomeStore, Recorded
 from worker.stores.ledger import write_id as ledger_write_id
 
 WORKER_VERSION = version("evidence-coverage-worker")
@@ -293,8 +293,10 @@ def process_many(
     policy: Policy | None,
     clock: Clock = utc_now,
     excerpt_chars: int | None = None,
+    letters: Sequence[DeadLetter] = (),
 ) -> list[Processed]:
-    """Score messages and record them in one store call; each keeps its own hit/conflict."""
+    """Score messages and record them in one store call, after `letters` (the dead letters
+    of the same bodies' rejected ones) in the same call; each keeps its own hit/conflict."""
     now = clock()
     judged = [judge(message, delivery, policy) for message, delivery in items]
     recorded = store.record_many(
@@ -304,6 +306,7 @@ def process_many(
         ],
         now=now,
         write_ids=write_ids([delivery for _, delivery in items]),
+        letters=letters,
     )
     return [
         Processed(

@@ -86,7 +86,8 @@ class Service:
         )
 
     def handle(self, bodies: Sequence[tuple[Body, Delivery]]) -> list[Processed]:
-        """One Processed per body, in input order; rejected bodies are dead-lettered first."""
+        """One Processed per body, in input order; rejected bodies are dead-lettered first,
+        in the store call that records the others."""
         started = time.perf_counter()
         admitted = []
         letters = []
@@ -119,7 +120,6 @@ class Service:
                 texts.append(logged_text(message, self.settings.excerpt_max_chars))
         # The WARNING lines of a store outage name the messages that are waiting for it.
         with structlog.contextvars.bound_contextvars(case_ids=case_ids):
-            self.store.dead_letter(*letters)
             scored = iter(
                 process_many(
                     admitted,
@@ -127,6 +127,7 @@ class Service:
                     policy=self.policy,
                     clock=self.clock,
                     excerpt_chars=self.settings.excerpt_chars,
+                    letters=letters,
                 )
             )
         results = [slot if slot is not None else next(scored) for slot in slots]

@@ -241,9 +241,13 @@ class OutcomeStore(Protocol):
         *,
         now: datetime,
         write_ids: Sequence[str | None] | None = None,
+        letters: Sequence[DeadLetter] = (),
     ) -> list[Recorded]:
         """record() each item in order, in one round trip; `write_ids`, when given, has one
-        id (or None) per item."""
+        id (or None) per item. `letters`: dead_letter() them first, in the same round trip
+        where the store can (the batch's rejected messages: a task's one round trip). A
+        write the store failed to confirm is retried whole, so a letter may then be kept
+        twice, as a retried dead_letter() may keep it."""
         ...
 
     def history(self, input_hash: str) -> History | None:

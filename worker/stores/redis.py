@@ -416,10 +416,13 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         *,
         now: datetime,
         write_ids: Sequence[str | None] | None = None,
+        letters: Sequence[DeadLetter] = (),
     ) -> list[Recorded]:
-        """One round trip for the batch; Redis runs the scripts in order, one at a time, and
-        each writes its attempts' outcomes, entries, write ids and alerts together."""
+        """One round trip for the batch, its letters first; Redis runs the scripts in order,
+        one at a time, and each writes its attempts' outcomes, entries, write ids and alerts
+        together."""
         if not items:
+            self.dead_letter(*letters)
             return []
         ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
         # raised_at as pydantic writes it in a whole Alert; steps: drift and ledger close in
@@ -447,7 +450,9 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
                 args += (write_id or "", recorded_ms(attempt), "", "")
             calls.append((keys, args))
         replies = [
-            reply for chunk in self._call(lambda: self._run_scripts(calls)) for reply in chunk
+            reply
+            for chunk in self._call(lambda: self._run_scripts(calls, letters))
+            for reply in chunk
         ]
         return [
             self._recorded(input_hash, attempt, reply, now)
@@ -466,13 +471,20 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
             self.attempts_ttl_seconds,
         ]
 
-    def _run_scripts(self, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """EVALSHA each call in one pipeline. redis-py's Script in a pipeline would first ask
+    def _run_scripts(
+        self, calls: Sequence[tuple[list[str], list[Any]]], letters: Sequence[DeadLetter] = ()
+    ) -> list[Any]:
+        """EVALSHA each call in one pipeline, after `letters` (queued as dead_letter() queues
+        them, in the first pipeline only). redis-py's Script in a pipeline would first ask
         SCRIPT EXISTS on every execute (a second round trip); we load only on NOSCRIPT and
         re-run just the calls that failed, so no attempt is ever recorded twice. A call that
         fails otherwise fails the batch, calls that ran included: a retry with the same write
         ids finds theirs. Each pipeline ends with the replicas' wait; the last one's, after
         the last write, is the one that counts.
+
+        The letters share the round trip because a task's rejected messages are common (one
+        batch in most has one) and a second round trip waits behind the other pool
+        processes' scripts: it was 8% of a pool process's time in `bench`.
 
         One call records many attempts (one EVALSHA per attempt cost three times the client's
         CPU in `bench`), so the batch's keys span many Cluster slots: this store is for a
@@ -480,13 +492,18 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         """
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
-        for _ in range(2):
+        for round_ in range(2):
             pipe = self.client.pipeline(transaction=False)
+            lead = self._queue_letters(pipe, letters) if round_ == 0 else 0
             for index in pending:
                 keys, args = calls[index]
                 pipe.evalsha(self._record.sha, len(keys), *keys, *args)
             self.replicas.add(pipe)
             results = pipe.execute(raise_on_error=False)
+            for result in results[:lead]:
+                if isinstance(result, Exception):
+                    raise result
+            results = results[lead:]
             missing = []
             for index, result in zip(pending, results[: len(pending)], strict=True):
                 if isinstance(result, NoScriptError):
@@ -771,17 +788,24 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
 
         def run() -> None:
             pipe = self.client.pipeline(transaction=False)
-            for letter in letters:
-                pipe.xadd(
-                    self.keys.dead_letters_of(letter.task_id),
-                    {"letter": letter.bounded(self.dead_letter_max_bytes).model_dump_json()},
-                    maxlen=MAX_DEAD_LETTERS,
-                    approximate=True,
-                )
-            self._close_calls(pipe, self._closes_of(letters))
+            self._queue_letters(pipe, letters)
             self.replicas.execute(pipe)
 
         self._call(run)
+
+    def _queue_letters(self, pipe: Any, letters: Sequence[DeadLetter]) -> int:
+        """Queue each letter's XADD and its ledger entries' close on `pipe`; returns how many
+        replies they take."""
+        for letter in letters:
+            pipe.xadd(
+                self.keys.dead_letters_of(letter.task_id),
+                {"letter": letter.bounded(self.dead_letter_max_bytes).model_dump_json()},
+                maxlen=MAX_DEAD_LETTERS,
+                approximate=True,
+            )
+        closes = self._closes_of(letters)
+        self._close_calls(pipe, closes)
+        return len(letters) + len(closes)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         return self._newest(

@@ -308,8 +308,12 @@ class RedisClusterStore(RedisStore):
         *,
         now: datetime,
         write_ids: Sequence[str | None] | None = None,
+        letters: Sequence[DeadLetter] = (),
     ) -> list[Recorded]:
-        """The three steps of the module's docstring, each one pipeline per master."""
+        """The three steps of the module's docstring, each one pipeline per master; `letters`
+        go before them, in dead_letter()'s own round trip (their streams are spread over the
+        masters)."""
+        self.dead_letter(*letters)
         if not items:
             return []
         ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids

@@ -355,6 +355,7 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         *,
         now: datetime,
         write_ids: Sequence[str | None] | None = None,
+        letters: Sequence[DeadLetter] = (),
     ) -> list[Recorded]:
         """Record in order, in one transaction: a repeated hash sees the earlier item as first.
 
@@ -362,7 +363,18 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         entries, write ids and alerts written in a few more after the loop: the same rows as
         one by one, in fewer statements. A write id already kept under its outcome (a retry
         of a transaction that committed) writes nothing and returns what that write found.
+        `letters` are kept first, in their own transaction (a local file: no round trip).
         """
+        self.dead_letter(*letters)
+        return self._record_many(items, now=now, write_ids=write_ids)
+
+    def _record_many(
+        self,
+        items: Sequence[tuple[str, Attempt]],
+        *,
+        now: datetime,
+        write_ids: Sequence[str | None] | None,
+    ) -> list[Recorded]:
         ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
         expires_at = (now + self.ttl).isoformat() if self.ttl else None
         results: list[Recorded] = []

@@ -63,13 +63,16 @@ class FlakyStore(RedisStore):
         *,
         now: datetime,
         write_ids: Sequence[str | None] | None = None,
+        letters: Sequence[DeadLetter] = (),
     ) -> list[Recorded]:
         if self.failures:
             self.failures -= 1
             raise TransientError("Redis unreachable: connection refused")
-        if self.broken & {input_hash for input_hash, _ in items}:
+        if self.broken & {input_hash for input_hash, _ in items} or (
+            letters and self.broken_letters
+        ):
             raise redis.ResponseError(WRONGTYPE)
-        return super().record_many(items, now=now, write_ids=write_ids)
+        return super().record_many(items, now=now, write_ids=write_ids, letters=letters)
 
     def dead_letter(self, *letters: DeadLetter) -> None:
         if self.broken_letters:
