@@ -203,7 +203,7 @@ def test_record_many_sends_its_letters_in_the_records_round_trip(
             executed.append(len(pipe.command_stack))
             return execute(*a, **k)
 
-        pipe.execute = run
+        pipe.execute = run  # type: ignore[method-assign]
         return pipe
 
     store.client.pipeline = counting  # type: ignore[method-assign]
