@@ -267,17 +267,23 @@ for i = 1, (#KEYS - 2) / 5 do
       replies[i] = {cache, stored[3], '', alerted, drifted, since}
     else
       local first = whole(case_id, task_id, recorded_at, outcome_members, shared)
+      -- One HSET for the new outcome and its write id (most records are misses).
+      local fields
       if compact then
-        redis.call('HSET', outcome_key, 'first', first, 'total', 1, 'since', ms)
+        fields = {'first', first, 'total', 1, 'since', ms}
       else
-        redis.call('HSET', outcome_key, 'outcome', outcome, 'first', first, 'shared', shared,
-          'total', 1, 'since', ms)
+        fields = {'outcome', outcome, 'first', first, 'shared', shared, 'total', 1, 'since', ms}
       end
-      since = ms
       if write ~= '' then
-        redis.call('HSET', outcome_key, 'w0:' .. write, 'miss')
-        if drifted ~= '' then redis.call('HSET', outcome_key, 'w0:' .. write .. '#d', drifted) end
+        fields[#fields + 1] = 'w0:' .. write
+        fields[#fields + 1] = 'miss'
+        if drifted ~= '' then
+          fields[#fields + 1] = 'w0:' .. write .. '#d'
+          fields[#fields + 1] = drifted
+        end
       end
+      redis.call('HSET', outcome_key, unpack(fields))
+      since = ms
       -- a new first outcome (only possible after expiry) starts a new history
       redis.call('DEL', attempts_key)
       replies[i] = {cache, '', '', '', drifted, since}
