@@ -20,7 +20,7 @@ from celery import signals
 
 from worker.errors import ConfigurationError
 from worker.observability import metrics, telemetry
-from worker.runtime import collector, termination
+from worker.runtime import collector, json_codec, termination
 
 if TYPE_CHECKING:
     from celery.utils.dispatch import Signal
@@ -80,6 +80,7 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
         (signals.celeryd_init, notices_as_json_lines),
         (signals.celeryd_after_setup, banner_as_json_line),
         (signals.worker_init, refuse_unusable_configuration),
+        (signals.worker_init, decode_json_with_orjson),
         (signals.worker_init, serve_metrics),
         (signals.worker_init, start_telemetry_without_pool_processes),
         (signals.worker_process_init, export_metrics_in_pool_process),
@@ -89,6 +90,12 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
         (signals.worker_process_shutdown, close_service),
         (signals.worker_shutdown, remove_metrics_dir),
     ]
+
+
+def decode_json_with_orjson(**_: Any) -> None:
+    """Task bodies decoded by orjson where it reads them as kombu does (json_codec), in the
+    main process before the pool forks, so in every pool process too."""
+    json_codec.install()
 
 
 def refuse_unusable_configuration(sender: Any, **_: Any) -> None:

@@ -96,6 +96,7 @@ def test_connect_puts_each_handler_on_its_signal_once_however_often_it_is_called
         "setup_logging": ["configure_logging"],
         "worker_init": [
             "refuse_unusable_configuration",
+            "decode_json_with_orjson",
             "serve_metrics",
             "start_telemetry_without_pool_processes",
         ],
@@ -142,4 +143,4 @@ def test_nothing_is_connected_by_importing_the_runtime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
 
-    assert result.stdout == "0 12\n"
+    assert result.stdout == "0 13\n"
