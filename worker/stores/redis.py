@@ -200,12 +200,14 @@ for i = 1, (#KEYS - 2) / 5 do
   local write, ms, given = ARGV[at + 10], tonumber(ARGV[at + 11]), ARGV[at + 12]
   local order = ARGV[at + 13]
   local input_hash = string.match(outcome_key, '{([^{}]*)}:outcome$')
-  local stored = redis.call('HMGET', outcome_key, 'outcome', 'shared', 'first', 'total',
-    'w0:' .. write, 'w1:' .. write, 'w0:' .. write .. '#d', 'w1:' .. write .. '#d', 'since')
-  local since = tonumber(stored[9]) or 0
+  local w0, w1 = 'w0:' .. write, 'w1:' .. write
+  local stored = redis.call('HMGET', outcome_key, 'outcome', 'shared', 'first', 'total', w0,
+    w1, 'since')
+  local since = tonumber(stored[7]) or 0
   local found = write ~= '' and (stored[5] or stored[6])
   if found then
-    local drifted = stored[7] or stored[8] or ''
+    -- a replay (rare): its drift, if it had one, is read now
+    local drifted = redis.call('HGET', outcome_key, (stored[5] and w0 or w1) .. '#d') or ''
     if found == 'miss' or found == 'hit' or found == 'conflict' then
       replies[i] = {found, stored[3], '1', '', drifted, since}
     else
@@ -275,10 +277,10 @@ for i = 1, (#KEYS - 2) / 5 do
         fields = {'outcome', outcome, 'first', first, 'shared', shared, 'total', 1, 'since', ms}
       end
       if write ~= '' then
-        fields[#fields + 1] = 'w0:' .. write
+        fields[#fields + 1] = w0
         fields[#fields + 1] = 'miss'
         if drifted ~= '' then
-          fields[#fields + 1] = 'w0:' .. write .. '#d'
+          fields[#fields + 1] = w0 .. '#d'
           fields[#fields + 1] = drifted
         end
       end
