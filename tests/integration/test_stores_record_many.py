@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from contracts import Alert, Attempt
 from tests.conftest import FIXED_NOW
 from tests.factories import ledger_entry
@@ -75,15 +77,19 @@ def test_record_many_after_script_flush_records_each_attempt_once(
     make_redis_store: StoreFactory,
 ) -> None:
     """Redis forgot the script (SCRIPT FLUSH, a restart): it is loaded again and each attempt
-    recorded exactly once."""
+    recorded exactly once; the batch's letter, which went in the first pipeline, does not go
+    again."""
     store = make_redis_store()
     assert isinstance(store, RedisStore)
     store.client.script_flush()
 
-    results = store.record_many([(HASH, attempt(1)), (OTHER_HASH, attempt(2))], now=FIXED_NOW)
+    results = store.record_many(
+        [(HASH, attempt(1)), (OTHER_HASH, attempt(2))], now=FIXED_NOW, letters=[letter(1)]
+    )
 
     assert [result.cache for result in results] == ["miss", "miss"]
     assert [store.history(h).total_attempts for h in (HASH, OTHER_HASH)] == [1, 1]  # type: ignore[union-attr]
+    assert kept(store) == [("task-9", 1, letter(1).error)]
 
 
 def test_record_many_keeps_each_message_in_order(store: ResultStore) -> None:
@@ -154,7 +160,7 @@ def letter(position: int, error: str = "schema: answer: Field required") -> Dead
 
 def kept(store: ResultStore) -> list[tuple[str | None, int | None, str]]:
     """The letters a store keeps, as (task, position, error): it adds the body's digest."""
-    return [(kept.task_id, kept.position, kept.error) for kept in store.dead_letters()]
+    return [(one.task_id, one.position, one.error) for one in store.dead_letters()]
 
 
 def test_record_many_keeps_its_letters_and_closes_their_entries(store: ResultStore) -> None:
@@ -186,7 +192,7 @@ def test_record_many_of_letters_alone_keeps_them(store: ResultStore) -> None:
 
 
 def test_record_many_sends_its_letters_in_the_records_round_trip(
-    make_redis_store: StoreFactory,
+    make_redis_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On one Redis the letters and the scripts go in one pipeline: one execute in all."""
     store = make_redis_store()
@@ -206,7 +212,7 @@ def test_record_many_sends_its_letters_in_the_records_round_trip(
         pipe.execute = run  # type: ignore[method-assign]
         return pipe
 
-    store.client.pipeline = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(store.client, "pipeline", counting)
 
     store.record_many(
         [(HASH, attempt(1))], now=FIXED_NOW, write_ids=["task-9:0"], letters=[letter(1)]
@@ -214,23 +220,4 @@ def test_record_many_sends_its_letters_in_the_records_round_trip(
 
     # the letter's XADD and its entry's close, then the record script
     assert executed == [3]
-    store.client.pipeline = pipeline  # type: ignore[method-assign]
     assert kept(store) == [("task-9", 1, letter(1).error)]
-
-
-def test_record_many_after_script_flush_keeps_each_letter_once(
-    make_redis_store: StoreFactory,
-) -> None:
-    """The scripts re-run after NOSCRIPT; the letters, which went in the first pipeline, do
-    not go again."""
-    store = make_redis_store()
-    assert isinstance(store, RedisStore)
-    store.client.script_flush()
-
-    results = store.record_many(
-        [(HASH, attempt(1))], now=FIXED_NOW, write_ids=["task-9:0"], letters=[letter(1)]
-    )
-
-    assert [r.cache for r in results] == ["miss"]
-    assert kept(store) == [("task-9", 1, letter(1).error)]
-    assert store.history(HASH).total_attempts == 1  # type: ignore[union-attr]

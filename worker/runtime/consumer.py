@@ -11,14 +11,12 @@ from __future__ import annotations
 import base64
 import inspect
 import json
-import math
 import time
 import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
-import orjson
 import redis
 from celery.worker.consumer import Consumer
 from celery.worker.consumer.heart import Heart as HeartStep
@@ -30,6 +28,7 @@ from worker.constants import SCORE_BATCH
 from worker.errors import TransientError
 from worker.observability.logging import get_logger
 from worker.pipeline.scoring import Delivery
+from worker.runtime import json_codec
 from worker.settings import Settings
 from worker.stores.durable import impatient
 
@@ -135,8 +134,12 @@ def _decoded(item: bytes | str, max_bytes: int | None) -> tuple[str | None, Any]
             None,
         )
     too_deep = f"not a message envelope: the queue item nests deeper than {MAX_NESTING} levels"
-    payload = _plain_json(item)
-    if payload is _NOT_PLAIN:
+    # orjson reads the envelope (its body one long string) in about half kombu's time, on every
+    # queue item in the worker's event loop. A float is taken as orjson reads it: an integer
+    # beyond 64 bits read as a float fails the field checks below, and the item is
+    # dead-lettered, where no publisher writes one.
+    payload = json_codec.orjson_reading(item, floats=True)
+    if payload is json_codec.NOT_THE_SAME:
         # kombu decodes with errors='replace' first, so bad UTF-8 fails as JSON, if at all.
         text = item.decode(errors="replace") if isinstance(item, bytes) else item
         try:
@@ -151,29 +154,6 @@ def _decoded(item: bytes | str, max_bytes: int | None) -> tuple[str | None, Any]
     if nests_deeper(payload):
         return too_deep, None
     return None, payload
-
-
-_NOT_PLAIN = object()
-
-
-def _plain_json(item: bytes | str) -> Any:
-    """The item decoded by orjson, or _NOT_PLAIN where kombu's json must decide: what orjson
-    refuses (bad UTF-8, a lone surrogate, NaN, nesting past 1,024) and kombu's own encoded
-    types ("__type__" objects, which kombu's object hook turns into values). Where orjson
-    decodes it, kombu's json gives the same structure, with one difference: an integer beyond
-    64 bits is a float here (orjson 3.13), so a header holding one fails the field checks
-    below and the item is dead-lettered, where no publisher writes one. orjson reads a batch's
-    envelope (its body one long base64 string) in about half the time, and this runs on every
-    queue item in the worker's event loop, before kombu decodes it again. (The body itself is
-    left to kombu: telling a huge integer from a float in a 260 KB body cost more than
-    orjson saved, measured 2026-12-07.)"""
-    encoded_types = b'"__type__"' in item if isinstance(item, bytes) else '"__type__"' in item
-    if encoded_types:
-        return _NOT_PLAIN
-    try:
-        return orjson.loads(item)
-    except orjson.JSONDecodeError:
-        return _NOT_PLAIN
 
 
 def _text(value: Any) -> bool:
@@ -262,60 +242,19 @@ def guard_brpop_reply(
     return (list_name, wrap_foreign_item(item, problem, queue))
 
 
-def unacked_json(value: Any) -> bytes | str:
-    """kombu's JSON of an unacknowledged message's copy ([its raw payload, exchange, routing
-    key]), spelled by orjson where that reads back the same: kombu spells a batch's 250 KB
-    body with json.dumps in the worker's event loop, once per task (9% of Celery's main
-    process in `bench`); orjson takes a tenth of that.
-
-    Only plain JSON values go to orjson: kombu's encoder writes datetimes, UUIDs, decimals
-    and the like as "__type__" objects that its loads turns back into values, which orjson
-    would write as plain text. Whatever else orjson refuses (a lone surrogate, an integer
-    beyond 64 bits) takes kombu's dumps too.
-    """
-    if _plain(value):
-        try:
-            return orjson.dumps(value)
-        except orjson.JSONEncodeError:
-            pass
-    return str(kombu_json.dumps(value))  # type: ignore[no-untyped-call]
-
-
-def _plain(value: Any) -> bool:
-    """Whether `value` is made of str, int, float, bool, None, lists and str-keyed dicts."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if kind is float:  # orjson writes NaN and the infinities as null, json as NaN...
-            if not math.isfinite(item):
-                return False
-            continue
-        if kind is list:
-            stack.extend(item)
-        elif kind is dict:
-            if not all(type(key) is str for key in item):
-                return False
-            stack.extend(item.values())
-        else:
-            return False
-    return True
-
-
 class UnackedJsonQoS(kombu_redis.QoS):
     """kombu's Redis QoS, whose copy of each delivered message in the unacked hash is spelled
-    by unacked_json()."""
+    by json_codec.dumps (kombu's json.dumps of a batch's 250 KB raw message was 9% of Celery's
+    main process in `bench`)."""
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        # kombu 5.x's QoS.append, with unacked_json() for its dumps(): the copy kombu reads
+        # kombu 5.x's QoS.append, with json_codec.dumps for its dumps(): the copy kombu reads
         # back (restore_by_tag, the visibility sweep) with its own loads, which reads both.
         delivery = message.delivery_info
         copy = [message._raw, delivery["exchange"], delivery["routing_key"]]
         with self.pipe_or_acquire() as pipe:
             pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()}).hset(
-                self.unacked_key, delivery_tag, unacked_json(copy)
+                self.unacked_key, delivery_tag, json_codec.dumps(copy)
             ).execute()
             super(kombu_redis.QoS, self).append(message, delivery_tag)  # type: ignore[no-untyped-call]
 

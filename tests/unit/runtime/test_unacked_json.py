@@ -1,5 +1,6 @@
-"""unacked_json(): the unacknowledged copy of a message reads back, through kombu's own loads,
-exactly as kombu's dumps would have it read back; orjson spells only what it spells the same."""
+"""json_codec.dumps, which spells the unacknowledged copy of a message: it reads back, through
+kombu's own loads, exactly as kombu's dumps would have it read back; orjson spells only what
+it spells the same."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 import pytest
 from kombu.utils import json as kombu_json
 
-from worker.runtime.consumer import GuardedRedisChannel, UnackedJsonQoS, unacked_json
+from worker.runtime.consumer import GuardedRedisChannel, UnackedJsonQoS
+from worker.runtime.json_codec import dumps
 
 BODY = '[["{\\"case_id\\": \\"c-1\\", \\"answer\\": \\"caf\\u00e9 \\\\u00e9\\"}"], {}, {}]'
 
@@ -47,7 +49,7 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "value", "fast"), CASES, ids=[case[0] for case in CASES])
 def test_the_copy_reads_back_as_kombu_s_own(name: str, value: Any, fast: bool) -> None:
-    spelled = unacked_json(value)
+    spelled = dumps(value)
 
     assert isinstance(spelled, bytes) is fast
     expected = kombu_json.loads(kombu_json.dumps(value))
@@ -58,5 +60,5 @@ def test_the_copy_reads_back_as_kombu_s_own(name: str, value: Any, fast: bool) -
         assert read == expected
 
 
-def test_the_worker_s_redis_channel_keeps_its_copies_through_unacked_json() -> None:
+def test_the_worker_s_redis_channel_keeps_its_copies_through_json_codec() -> None:
     assert GuardedRedisChannel.QoS is UnackedJsonQoS
