@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -137,19 +138,21 @@ def agreement(candidate: float, rows: Sequence[ReviewedRow]) -> CandidateAgreeme
 
 def cohen_kappa(decisions: Sequence[tuple[bool, ...]]) -> Kappa:
     """Cohen's κ of two reviewers with the Fleiss-Cohen-Everitt (1969) large-sample 95%
-    interval (statsmodels' cohens_kappa, clipped to -1..1)."""
+    interval (statsmodels' cohens_kappa, clipped to -1..1). Exact arithmetic (fractions) up
+    to the square root: chance-level agreement is κ = 0, not 1e-16."""
     n = len(decisions)
     if n == 0:
         return Kappa(kappa=None, reason=NO_ROWS)
-    # table[a][b]: rows reviewer A put in category a and B in b (0 fail, 1 pass), as shares.
-    table = [[0.0, 0.0], [0.0, 0.0]]
+    # table[a][b]: the share of rows reviewer A put in category a and B in b (0 fail, 1 pass).
+    counts = [[0, 0], [0, 0]]
     for a, b in decisions:
-        table[int(a)][int(b)] += 1 / n
-    rows_ = [sum(table[i]) for i in range(2)]
+        counts[int(a)][int(b)] += 1
+    table = [[Fraction(c, n) for c in row] for row in counts]
+    rows_ = [table[i][0] + table[i][1] for i in range(2)]
     cols = [table[0][j] + table[1][j] for j in range(2)]
     observed = table[0][0] + table[1][1]
     expected = rows_[0] * cols[0] + rows_[1] * cols[1]
-    if math.isclose(expected, 1.0, rel_tol=0.0, abs_tol=1e-12):
+    if expected == 1:
         return Kappa(kappa=None, reason=_one_category(decisions))
     kappa = (observed - expected) / (1 - expected)
     term_a = sum(table[i][i] * (1 - (rows_[i] + cols[i]) * (1 - kappa)) ** 2 for i in range(2))
@@ -157,25 +160,27 @@ def cohen_kappa(decisions: Sequence[tuple[bool, ...]]) -> Kappa:
         table[i][j] * (cols[i] + rows_[j]) ** 2 for i in range(2) for j in range(2) if i != j
     )
     term_c = (kappa - expected * (1 - kappa)) ** 2
-    variance = max(0.0, (term_a + term_b - term_c) / (1 - expected) ** 2 / n)
+    variance = max(Fraction(0), (term_a + term_b - term_c) / (1 - expected) ** 2 / n)
     spread = Z_95 * math.sqrt(variance)
-    return Kappa(kappa=kappa, low=_clip(kappa - spread), high=_clip(kappa + spread))
+    return Kappa(
+        kappa=float(kappa), low=_clip(float(kappa) - spread), high=_clip(float(kappa) + spread)
+    )
 
 
 def fleiss_kappa(decisions: Sequence[tuple[bool, ...]]) -> float | None:
     """Fleiss' κ over pass/fail of rows each decided by the same number (≥ 2) of reviewers;
-    None when it is undefined (no rows, or one category only)."""
+    None when it is undefined (no rows, or one category only). Exact arithmetic."""
     n = len(decisions)
     if n == 0:
         return None
     k = len(decisions[0])
     passes = [sum(d) for d in decisions]
-    share_pass = sum(passes) / (n * k)
+    share_pass = Fraction(sum(passes), n * k)
     expected = share_pass**2 + (1 - share_pass) ** 2
-    if math.isclose(expected, 1.0, rel_tol=0.0, abs_tol=1e-12):
+    if expected == 1:
         return None
-    observed = sum(p * p + (k - p) ** 2 - k for p in passes) / (n * k * (k - 1))
-    return (observed - expected) / (1 - expected)
+    observed = Fraction(sum(p * p + (k - p) ** 2 - k for p in passes), n * k * (k - 1))
+    return float((observed - expected) / (1 - expected))
 
 
 def fleiss_kappa_interval(decisions: Sequence[tuple[bool, ...]]) -> Kappa:

@@ -198,14 +198,21 @@ def _sheet(args: argparse.Namespace, settings: Settings) -> int:
         )
         for candidate in candidates
     )
-    source = f"store {store_name}" if store_name else display_path(args.path)
+    source = (
+        f"store {store_name}"
+        if store_name
+        else f"{display_path(args.path)} (explain finds its rows in {where} once score has "
+        "recorded them there)"
+    )
     print(
         f"calibrate: wrote {display_path(args.sheet)}: {counted(len(sheet), 'row')} ({per}) of "
         f"{counted(len(rows), 'row')} read, group {group}, band {band!r}, at most {sample} per "
         f"side; {source}; policy {policy.version}",
         file=sys.stderr,
     )
-    invalid_note("calibrate", sum(row.status == "invalid" for row in rows))
+    invalid_note(
+        "calibrate", sum(row.status == "invalid" and row.policy_group == group for row in rows)
+    )
     return OK
 
 
