@@ -28,7 +28,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from contracts.outcomes import Owner, Status
+from contracts.outcomes import Owner
 from contracts.sampling import sample_point
 
 CompareClass = Literal[
@@ -68,7 +68,8 @@ class JudgedRow(BaseModel):
     policy_group: str | None = None
     contract_version: str | None = None
     value: float | None
-    status: Status
+    # Any status a policy gives (`review` too, SPEC §4): only `pass` is a pass here.
+    status: str
     reason: str
     owner: Owner | None
     required_claim_ids: list[str] | None = None
@@ -96,7 +97,7 @@ class Compared(BaseModel):
     verdict: CompareClass
     legacy_score: float | None
     value: float | None
-    status: Status | None
+    status: str | None  # as the policy said it: pass, fail, review, invalid; None: no new row
     owner: Owner | None
     missing_claim_ids: list[str] | None
     reason: str | None
@@ -281,7 +282,10 @@ def select_sheet(
         for side in SIDES:
             chosen = sorted(
                 sides[side],
-                key=lambda r: (sample_point(sample_key(candidate, r.input_hash or "")), r.input_hash),
+                key=lambda r: (
+                    sample_point(sample_key(candidate, r.input_hash or "")),
+                    r.input_hash,
+                ),
             )
             if sample is not None:
                 chosen = chosen[:sample]

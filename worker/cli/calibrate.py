@@ -452,9 +452,13 @@ def _table(results: Sequence[CandidateAgreement], chosen: Recommendation) -> str
             ]
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(HEADINGS))]
-    text = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+    text = [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    ]
     if results:
         text.append(results[0].estimator)
-    text += [f"{r.candidate!r}: kappa undefined: {r.kappa_reason}" for r in results if r.kappa_reason]
+    text += [
+        f"{r.candidate!r}: kappa undefined: {r.kappa_reason}" for r in results if r.kappa_reason
+    ]
     text.append(chosen.message)
     return "\n".join(text) + "\n"
