@@ -77,7 +77,8 @@ def store_url(
 
 
 def fill(store: ResultStore) -> None:
-    """One first outcome per class, and a case scored twice under two hashes."""
+    """One first outcome per class, a case scored twice under two hashes, and a case whose
+    inputs repeat an earlier case's (a hit: no first outcome of its own)."""
     for number, (seconds, case_id, supported) in enumerate(
         [
             (10, "rescored", 1),  # its newer hash (below) stands
@@ -92,6 +93,7 @@ def fill(store: ResultStore) -> None:
         start=1,
     ):
         store.record(f"{number:064x}", attempt(seconds, case_id, supported), now=FIXED_NOW)
+    store.record(f"{2:064x}", attempt(90, "hit-case", 4), now=FIXED_NOW)  # both-pass's inputs
 
 
 LEGACY = [
@@ -102,14 +104,16 @@ LEGACY = [
     {"case_id": "old-fail", "score": 0.6},
     {"case_id": "invalid", "score": 0.9},
     {"case_id": "old-only", "score": 0.5},
+    {"case_id": "hit-case", "score": 0.95},
 ]
 
 
 def test_compare_counts_every_class_over_the_store(
     store_url: tuple[ResultStore, str], cli: Callable[..., Run], tmp_path: Path
 ) -> None:
-    """The store's first outcomes (a case's newest hash standing) beside the legacy file: the
-    exact count of every class, the store named on stderr, exit 1."""
+    """The store's first outcomes (a case's newest hash standing; a case only the case index
+    names read from its hash) beside the legacy file: the exact count of every class, the
+    store named on stderr, exit 1."""
     store, url = store_url
     fill(store)
     legacy = tmp_path / "legacy.jsonl"
@@ -127,10 +131,10 @@ def test_compare_counts_every_class_over_the_store(
     ]
     summary, note = run.err.splitlines()
     assert summary.startswith(
-        "compare: 8 rows: both_pass 2, both_fail 1, legacy_pass_new_fail 1, "
+        "compare: 9 rows: both_pass 3, both_fail 1, legacy_pass_new_fail 1, "
         "legacy_fail_new_pass 1, new_invalid 1, unmatched 2; store redis"
         if not url.startswith("sqlite")
-        else "compare: 8 rows: both_pass 2, both_fail 1, legacy_pass_new_fail 1, "
+        else "compare: 9 rows: both_pass 3, both_fail 1, legacy_pass_new_fail 1, "
         f"legacy_fail_new_pass 1, new_invalid 1, unmatched 2; store {url}"
     )
     assert note == (

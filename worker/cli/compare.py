@@ -9,7 +9,7 @@ import io
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ from worker.settings import Settings, display_path
 from worker.wording import counted
 
 if TYPE_CHECKING:
-    from contracts import Policy
+    from contracts import Attempt, Policy
     from contracts.calibration import JudgedRow, LegacyRow
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -46,7 +46,8 @@ def register(commands: Any) -> None:
             "--policy contracts/examples/policy.toml",
             details="Judge ROWS (what gate reads: ReleaseRows or AttributionResults, JSON "
             "lines; nothing is written), or with --store the store's first outcomes (the rows "
-            "records prints), under the policy, and put every case in exactly one class beside "
+            "records prints; a legacy case no first outcome names is looked up by its case "
+            "ID: its inputs repeated an earlier case's), under the policy, and put every case in exactly one class beside "
             "the old score of FILE: both_pass, both_fail, legacy_pass_new_fail, "
             "legacy_fail_new_pass, new_invalid (whatever the legacy said) or unmatched (a case "
             "in only one of the two). The new metric passes only when its status is pass. "
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     assert policy is not None  # required=True raises instead
     threshold = legacy_threshold(args.legacy_threshold)
     legacy = read_legacy(args.legacy, threshold)
-    with judged_rows(args, settings, policy) as (rows, store_name):
+    with judged_rows(args, settings, policy, legacy) as (rows, store_name):
         found = compare(rows, legacy, legacy_threshold=threshold)
     if not found:
         raise InputError(f"{source_name(args.path)} contains no rows")
@@ -154,18 +155,19 @@ def legacy_threshold(text: str | None) -> float | None:
 
 @contextmanager
 def judged_rows(
-    args: argparse.Namespace, settings: Settings, policy: Policy
+    args: argparse.Namespace, settings: Settings, policy: Policy, cases: Collection[str] = ()
 ) -> Iterator[tuple[Iterator[JudgedRow], str | None]]:
     """The rows to judge and the store they come from (masked; None for ROWS): ROWS judged as
     gate judges them, or the store's first outcomes as records decides them, oldest first.
-    The store stays open while the rows are read."""
+    The store stays open while the rows are read. `cases`: from a store, also these cases
+    where only the case index names them (store_rows())."""
     if args.store is None:
         yield file_rows(args.path, policy, settings), None
         return
     from worker.stores import describe as describe_store
 
     with existing_store(args, settings) as store:
-        yield store_rows(store, policy), describe_store(store, args.store)
+        yield store_rows(store, policy, cases), describe_store(store, args.store)
 
 
 def file_rows(path: str, policy: Policy, settings: Settings) -> Iterator[JudgedRow]:
@@ -206,26 +208,44 @@ def _input_hash(body: bytes, settings: Settings) -> str:
     return input_hash(parse_message(body, max_bytes=settings.max_message_bytes))
 
 
-def store_rows(store: Any, policy: Policy) -> Iterator[JudgedRow]:
-    """The store's first outcomes, oldest first, decided under `policy` as `records` does."""
+def store_rows(store: Any, policy: Policy, cases: Collection[str] = ()) -> Iterator[JudgedRow]:
+    """The store's first outcomes, oldest first, decided under `policy` as `records` does;
+    then each of `cases` that no first outcome names but the case index does (its inputs
+    repeated an earlier case's: a hit or a conflict on that hash), as its newest hash's first
+    outcome under its own case ID."""
+    named: set[str | None] = set()
+    for input_hash, first in store.first_outcomes_by_time():
+        named.add(first.case_id)
+        yield _judged(input_hash, first, policy)
+    for case_id in cases:
+        if case_id in named:
+            continue
+        hashes = store.hashes_for_case(case_id, limit=1)
+        history = store.history(hashes[0]) if hashes else None
+        if history is not None:  # else expired since the index was read
+            yield _judged(hashes[0], history.first, policy, case_id=case_id)
+
+
+def _judged(
+    input_hash: str, first: Attempt, policy: Policy, *, case_id: str | None = None
+) -> JudgedRow:
     from contracts.calibration import JudgedRow
     from worker.audit.records import row_of
 
-    for input_hash, first in store.first_outcomes_by_time():
-        row = row_of(input_hash, first, policy)
-        yield JudgedRow(
-            case_id=row["case_id"],
-            input_hash=input_hash,
-            policy_group=row["policy_group"],
-            contract_version=row["contract_version"],
-            value=row["value"],
-            status=row["status"],
-            reason=row["reason"],
-            owner=row["owner"],
-            required_claim_ids=list(first.required_claim_ids),
-            supported_claim_ids=list(first.supported_claim_ids),
-            missing_claim_ids=row["missing_claim_ids"],
-        )
+    row = row_of(input_hash, first, policy)
+    return JudgedRow(
+        case_id=case_id or row["case_id"],
+        input_hash=input_hash,
+        policy_group=row["policy_group"],
+        contract_version=row["contract_version"],
+        value=row["value"],
+        status=row["status"],
+        reason=row["reason"],
+        owner=row["owner"],
+        required_claim_ids=list(first.required_claim_ids),
+        supported_claim_ids=list(first.supported_claim_ids),
+        missing_claim_ids=row["missing_claim_ids"],
+    )
 
 
 def read_legacy(path: str, threshold: float | None) -> dict[str, LegacyRow]:
