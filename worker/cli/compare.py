@@ -123,7 +123,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         for line in shown:
             print(dumps_line(line))
     classes = ", ".join(f"{name} {n:,}" for name, n in tally.items())
-    where = f"store {store_name}" if store_name else source_name(args.path)
+    where = f"store {store_name}" if store_name else f"rows {source_name(args.path)}"
     print(
         f"compare: {counted(len(found), 'row')}: {classes}; {where}; legacy "
         f"{display_path(args.legacy)}; policy {policy.version}; exit {code}",

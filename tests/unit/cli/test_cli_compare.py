@@ -87,7 +87,7 @@ def test_every_class_is_counted_and_each_row_to_read_is_printed(
     ]
     assert run.err.splitlines() == [
         f"compare: 9 rows: both_pass 1, both_fail 1, legacy_pass_new_fail 1, "
-        f"legacy_fail_new_pass 2, new_invalid 2, unmatched 2; {rows}; legacy {legacy}; "
+        f"legacy_fail_new_pass 2, new_invalid 2, unmatched 2; rows {rows}; legacy {legacy}; "
         "policy cli:0.75; exit 1",
         f"compare: 2 invalid rows counted apart: {INVALID_NOTE}",
     ]
