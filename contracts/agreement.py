@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 import random
-from fractions import Fraction
 from collections.abc import Sequence
+from fractions import Fraction
 
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -192,9 +192,9 @@ def _classify(row: JudgedRow, old: LegacyRow | None, threshold: float | None) ->
     )
 
 
-def counts(rows: Iterable[Compared]) -> dict[CompareClass, int]:
+def counts(rows: Iterable[Compared]) -> dict[str, int]:
     """How many rows each class holds, every class named (0 included), in CLASSES order."""
-    found = dict.fromkeys(CLASSES, 0)
+    found: dict[str, int] = dict.fromkeys(CLASSES, 0)
     for row in rows:
         found[row.verdict] += 1
     return found

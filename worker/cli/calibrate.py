@@ -32,7 +32,6 @@ from worker.settings import Settings, display_path, masked_url
 from worker.wording import counted
 
 if TYPE_CHECKING:
-    from contracts import Policy
     from contracts.agreement import CandidateAgreement, Recommendation
     from contracts.calibration import SheetRow
 
@@ -312,16 +311,13 @@ def _agreement(args: argparse.Namespace) -> int:
     per: dict[float, list[ReviewedRow]] = {candidate: [] for candidate in first_set}
     left_out = 0
     for key in keys:
-        entries = [decided.get(key) for decided in read]
-        if any(entry is None or entry[1] is None for entry in entries):
+        entries = [entry for decided in read if (entry := decided.get(key)) is not None]
+        decisions = tuple(decision for _, decision in entries if decision is not None)
+        if len(decisions) < len(read):
             left_out += 1
             continue
-        per[key[0]].append(
-            ReviewedRow(
-                candidate_passes=entries[0][0] == "above",  # type: ignore[index]
-                decisions=tuple(entry[1] for entry in entries),  # type: ignore[index,misc]
-            )
-        )
+        side = entries[0][0]  # the candidate's own decision, as the sheet wrote it
+        per[key[0]].append(ReviewedRow(candidate_passes=side == "above", decisions=decisions))
     results = [agreement(candidate, rows) for candidate, rows in per.items()]
     chosen = recommend(results)
     print(

@@ -47,18 +47,18 @@ def register(commands: Any) -> None:
             details="Judge ROWS (what gate reads: ReleaseRows or AttributionResults, JSON "
             "lines; nothing is written), or with --store the store's first outcomes (the rows "
             "records prints; a legacy case no first outcome names is looked up by its case "
-            "ID: its inputs repeated an earlier case's), under the policy, and put every case in exactly one class beside "
-            "the old score of FILE: both_pass, both_fail, legacy_pass_new_fail, "
-            "legacy_fail_new_pass, new_invalid (whatever the legacy said) or unmatched (a case "
-            "in only one of the two). The new metric passes only when its status is pass. "
-            "FILE is JSON lines or CSV (.csv, or content not starting with '{') with case_id "
-            "and the old score, optionally passed (true/false), which wins over "
-            "--legacy-threshold (the old score passes when at least X). A case repeated in "
-            "ROWS: its last line stands (in a store, its newest hash). stdout: one JSON line "
-            "per row that needs a person (the two disagreements, new_invalid, unmatched): "
-            "case_id, class, legacy_score, value, status, owner, missing_claim_ids, reason; "
-            "stderr: the count of every class. Exit 0 when the two agree on every matched valid "
-            "row, 1 when any disagree, 2 on bad input.",
+            "ID: its inputs repeated an earlier case's), under the policy, and put every case "
+            "in exactly one class beside the old score of FILE: both_pass, both_fail, "
+            "legacy_pass_new_fail, legacy_fail_new_pass, new_invalid (whatever the legacy "
+            "said) or unmatched (a case in only one of the two). The new metric passes only "
+            "when its status is pass. FILE is JSON lines or CSV (.csv, or content not starting "
+            "with '{') with case_id and the old score, optionally passed (true/false), which "
+            "wins over --legacy-threshold (the old score passes when at least X). A case "
+            "repeated in ROWS: its last line stands (in a store, its newest hash). stdout: one "
+            "JSON line per row that needs a person (the two disagreements, new_invalid, "
+            "unmatched): case_id, class, legacy_score, value, status, owner, "
+            "missing_claim_ids, reason; stderr: the count of every class. Exit 0 when the two "
+            "agree on every matched valid row, 1 when any disagree, 2 on bad input.",
         ),
     )
     source = parser.add_mutually_exclusive_group(required=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ P, F = True, False
 
 def pairs(
     both_fail: int, a_fail_b_pass: int, a_pass_b_fail: int, both_pass: int
-) -> list[tuple[bool, ...]]:
+) -> Sequence[tuple[bool, ...]]:
     """Two reviewers' decisions from a 2x2 table (A's category by B's)."""
     return (
         [(F, F)] * both_fail
@@ -102,7 +103,7 @@ def test_no_rows_leaves_every_statistic_undefined() -> None:
     }
 
 
-THREE = {
+THREE: dict[str, Sequence[tuple[bool, ...]]] = {
     "three reviewers, substantial": [(P, P, P)] * 10
     + [(P, F, P)] * 4
     + [(F, F, F)] * 6
@@ -114,7 +115,7 @@ THREE = {
 
 
 @pytest.mark.parametrize("decisions", THREE.values(), ids=THREE.keys())
-def test_fleiss_kappa_is_statsmodels(decisions: list[tuple[bool, ...]]) -> None:
+def test_fleiss_kappa_is_statsmodels(decisions: Sequence[tuple[bool, ...]]) -> None:
     """Fleiss' κ for three or more reviewers equals statsmodels' fleiss_kappa."""
     counts, _ = aggregate_raters(np.array(decisions, dtype=int))
 
@@ -123,7 +124,7 @@ def test_fleiss_kappa_is_statsmodels(decisions: list[tuple[bool, ...]]) -> None:
 
 @pytest.mark.parametrize("decisions", THREE.values(), ids=THREE.keys())
 def test_fleiss_interval_is_the_percentile_bootstrap_of_statsmodels_kappa(
-    decisions: list[tuple[bool, ...]],
+    decisions: Sequence[tuple[bool, ...]],
 ) -> None:
     """The interval is the 2.5%/97.5% numpy percentiles of statsmodels' κ over the same
     seeded resamples, undefined resamples left out."""

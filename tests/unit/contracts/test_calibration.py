@@ -156,7 +156,7 @@ def test_candidates_are_read_ascending(text: str, expected: tuple[float, ...]) -
 )  # fmt: skip
 def test_bad_candidates_say_what_is_wrong(text: str, message: str) -> None:
     """Each bad list is refused with one sentence naming the bad part."""
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(ValueError, match=r"^--candidates ") as raised:
         parse_candidates(text)
 
     assert str(raised.value) == message
