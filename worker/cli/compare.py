@@ -162,7 +162,7 @@ def judged_rows(
     The store stays open while the rows are read. `cases`: from a store, also these cases
     where only the case index names them (store_rows())."""
     if args.store is None:
-        yield file_rows(args.path, policy, settings), None
+        yield file_rows(args.path, policy, settings, label=args.command), None
         return
     from worker.stores import describe as describe_store
 
@@ -170,15 +170,21 @@ def judged_rows(
         yield store_rows(store, policy, cases), describe_store(store, args.store)
 
 
-def file_rows(path: str, policy: Policy, settings: Settings) -> Iterator[JudgedRow]:
-    """ROWS judged in process as `gate` judges them (contracts.judging); an AttributionResult
-    also carries its input hash and claim lists."""
+def file_rows(
+    path: str, policy: Policy, settings: Settings, label: str = "compare"
+) -> Iterator[JudgedRow]:
+    """ROWS judged in process as `gate` judges them (contracts.judging), with gate's progress
+    on stderr for a long file; an AttributionResult also carries its input hash and claim
+    lists."""
     from contracts.calibration import JudgedRow
     from worker.cli.gate import FirstSets, _is_attribution_result, gate_row
     from worker.cli.inputs import JsonLines
+    from worker.cli.progress import over_input
 
     firsts = FirstSets()
-    for number, body in JsonLines(path):
+    source = JsonLines(path)
+    progress = over_input(label, source)
+    for number, body in source:
         line = gate_row(number, body, policy, max_bytes=settings.max_message_bytes, firsts=firsts)
         input_hash, required, supported = None, None, None
         if line["value"] is not None:  # a valid row: its lines parsed
@@ -199,6 +205,8 @@ def file_rows(path: str, policy: Policy, settings: Settings) -> Iterator[JudgedR
             supported_claim_ids=supported,
             missing_claim_ids=line["missing_claim_ids"],
         )
+        progress.tick()
+    progress.finish()
 
 
 def _input_hash(body: bytes, settings: Settings) -> str:
