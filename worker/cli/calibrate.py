@@ -210,7 +210,8 @@ def _sheet(args: argparse.Namespace, settings: Settings) -> int:
         file=sys.stderr,
     )
     invalid_note(
-        "calibrate", sum(row.status == "invalid" and row.policy_group == group for row in rows)
+        "calibrate",
+        sum(row.status == "invalid" and row.policy_group in (group, None) for row in rows),
     )
     return OK
 
