@@ -111,9 +111,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     threshold = legacy_threshold(args.legacy_threshold)
     legacy = read_legacy(args.legacy, threshold)
     with judged_rows(args, settings, policy, legacy) as (rows, store_name):
-        found = compare(rows, legacy, legacy_threshold=threshold)
-    if not found:
-        raise InputError(f"{source_name(args.path)} contains no rows")
+        judged = list(rows)
+    if not judged:  # every legacy row unmatched would "agree" on nothing, and exit 0
+        raise InputError(
+            f"store {store_name} holds no first outcomes: nothing to compare (pass --store the "
+            "store score or the worker recorded to)"
+            if store_name
+            else f"{source_name(args.path)} contains no rows"
+        )
+    found = compare(judged, legacy, legacy_threshold=threshold)
     shown = [row.as_json() for row in found if row.verdict in ATTENTION]
     tally = counts(found)
     code = POLICY_FAILURE if any(tally[name] for name in DISAGREE) else OK

@@ -14,7 +14,7 @@ import pytest
 from contracts import AttributionResult, input_hash
 from tests.conftest import Run
 from worker.audit.safe_csv import restored
-from worker.cli.calibrate import COLUMNS
+from worker.cli.calibrate_decisions import COLUMNS
 
 REQUIRED = [f"c{i}" for i in range(10)]
 POLICY = ("--min-coverage", "0.85")

@@ -297,3 +297,32 @@ def test_a_bad_legacy_threshold_is_one_line(
         2,
         "evidence-worker: --legacy-threshold 'abc' is not a number\n",
     )
+
+
+def test_an_empty_rows_file_is_bad_input(
+    write_jsonl: Callable[..., Path], crafted: tuple[Path, Path], cli: Callable[..., Run]
+) -> None:
+    """No new row at all: nothing was compared, so exit 2, not a vacuous agreement."""
+    _, legacy = crafted
+    rows = write_jsonl([], name="empty.jsonl")
+
+    run = cli("compare", rows, "--legacy", legacy, "--legacy-threshold", "0.7", *POLICY)
+
+    assert (run.code, run.out, run.err) == (2, "", f"evidence-worker: {rows} contains no rows\n")
+
+
+def test_an_empty_store_is_bad_input(
+    crafted: tuple[Path, Path], cli: Callable[..., Run], store_url: str
+) -> None:
+    """A store with no first outcome (the wrong --store, say): one line naming it, exit 2."""
+    _, legacy = crafted
+    Path(store_url.removeprefix("sqlite:///")).touch()  # an empty SQLite file
+
+    run = cli("compare", "--store", store_url, "--legacy", legacy, "--legacy-threshold", "0.7",
+              *POLICY)  # fmt: skip
+
+    assert (run.code, run.out) == (2, "")
+    assert run.err == (
+        f"evidence-worker: store {store_url} holds no first outcomes: nothing to compare (pass "
+        "--store the store score or the worker recorded to)\n"
+    )
