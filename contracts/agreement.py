@@ -193,6 +193,8 @@ def fleiss_kappa_interval(decisions: Sequence[tuple[bool, ...]]) -> Kappa:
         for indices in bootstrap_indices(len(decisions))
         if (found := fleiss_kappa([decisions[i] for i in indices])) is not None
     )
+    if not resampled:  # every resample one category only: no interval to give
+        return Kappa(kappa=kappa)
     return Kappa(
         kappa=kappa,
         low=_clip(quantile(resampled, 0.025)),
