@@ -46,3 +46,18 @@ def test_a_file_read_back_with_the_csv_module_has_no_formula_cell() -> None:
     for row in rows:
         for cell in row:
             assert not cell.startswith(FORMULA_STARTS), cell
+
+
+def test_no_module_writes_csv_but_through_the_safe_writer() -> None:
+    """Every CSV the project writes goes through SafeWriter: no other module calls the csv
+    module's writers."""
+    from tests.conftest import ROOT
+
+    writers = [
+        path.relative_to(ROOT).as_posix()
+        for package in ("worker", "contracts")
+        for path in (ROOT / package).rglob("*.py")
+        if ("csv.writer(" in (text := path.read_text("utf-8")) or "csv.DictWriter(" in text)
+    ]
+
+    assert writers == ["worker/audit/safe_csv.py"]
