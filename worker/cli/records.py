@@ -4,7 +4,6 @@ streamed as JSON lines or CSV (SPEC §11)."""
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from typing import Any, get_args
 
@@ -90,13 +89,15 @@ def register(commands: Any) -> None:
         choices=FORMATS,
         default="jsonl",
         help="jsonl: one JSON object per line; csv: a header, then one line per row, lists "
-        "as JSON text (default: %(default)s)",
+        "as JSON text, a cell starting with = + - @ tab, CR or ' written with a leading ' so "
+        "no spreadsheet runs it as a formula (default: %(default)s)",
     )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.audit.records import FIELDS, RecordQuery, Selection, csv_cells
+    from worker.audit.safe_csv import SafeWriter
 
     if args.since is not None and args.until is not None and args.until <= args.since:
         raise InputError(
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with existing_store(args, settings) as store:
         rows = selection.rows(store.first_outcomes_by_time(args.since, args.until))
         if args.format == "csv":
-            writer = csv.writer(out)
+            writer = SafeWriter(out)
             writer.writerow(FIELDS)
             for row in rows:
                 writer.writerow(csv_cells(row))
