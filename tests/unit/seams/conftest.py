@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from importlib.metadata import version
-from typing import Any
 
 import pytest
 
@@ -17,10 +16,12 @@ def versions_line(checked: Mapping[str, str]) -> str:
     return f"ran with {ran}; the fast path was checked against {against}"
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[Any]:
-    outcome = yield
-    report = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     checked = getattr(getattr(item, "module", None), "CHECKED_AGAINST", None)
     if report.failed and checked is not None:
         report.sections.append(("library versions", versions_line(checked)))
+    return report

@@ -43,7 +43,7 @@ def item(
 ) -> str:
     """A queue item as kombu's Redis transport writes one (kombu's dumps of the envelope)."""
     return str(
-        kombu_utils_json.dumps(  # type: ignore[no-untyped-call]
+        kombu_utils_json.dumps(
             {
                 "body": body,
                 "content-encoding": "utf-8",

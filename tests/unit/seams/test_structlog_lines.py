@@ -200,7 +200,10 @@ def test_the_timestamp_is_spelled_as_the_time_stamper_spells_it(
     """TimeStamper(fmt="iso", utc=True)'s text for the same instant, with or without
     microseconds."""
     frozen.instant = instant
-    pairs = [(RECORDS["scored"], {}), (RECORDS["conflict"], {})]
+    pairs: list[tuple[ScoreRecord, dict[str, Any]]] = [
+        (RECORDS["scored"], {}),
+        (RECORDS["conflict"], {}),
+    ]
 
     assert fast_lines(pairs) == chain_lines(pairs)
 
