@@ -3,17 +3,11 @@ fast path was checked against (the module's CHECKED_AGAINST)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
-from importlib.metadata import version
+from collections.abc import Generator
 
 import pytest
 
-
-def versions_line(checked: Mapping[str, str]) -> str:
-    """ "ran with kombu 5.7.1, orjson 3.13.0; checked against kombu 5.7.0, orjson 3.13.0"."""
-    ran = ", ".join(f"{name} {version(name)}" for name in checked)
-    against = ", ".join(f"{name} {pinned}" for name, pinned in checked.items())
-    return f"ran with {ran}; the fast path was checked against {against}"
+from tests.unit.seams import versions_line
 
 
 @pytest.hookimpl(wrapper=True)

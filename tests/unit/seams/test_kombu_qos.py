@@ -113,6 +113,21 @@ def fake_connection_class(server: fakeredis.FakeServer) -> type[Any]:
 
 
 Delivered = tuple[Connection, Any, Any, Any]  # (connection, channel, message, client)
+# A fresh, empty Redis for one delivery: its URL and the channel class attributes that reach it.
+FreshRedis = Callable[[], tuple[str, dict[str, Any]]]
+
+
+@pytest.fixture
+def fresh_redis() -> FreshRedis:
+    """A new fakeredis server for each delivery (tests/integration/test_kombu_qos_contract.py
+    runs the same tests on a real Redis)."""
+
+    def fresh() -> tuple[str, dict[str, Any]]:
+        return "redis://127.0.0.1:6379/0", {
+            "connection_class": fake_connection_class(fakeredis.FakeServer())
+        }
+
+    return fresh
 
 
 @pytest.fixture
@@ -128,22 +143,19 @@ def frozen(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
 
 
 @pytest.fixture
-def deliver(frozen: Callable[[float], None]) -> Iterator[Callable[[type[Any], str], Delivered]]:
-    """Push a queue item onto a fresh fakeredis and take it with basic_get (kombu's QoS.append
-    or the fast one files the copy), through kombu's Redis transport with the given QoS."""
+def deliver(
+    frozen: Callable[[float], None], fresh_redis: FreshRedis
+) -> Iterator[Callable[[type[Any], str], Delivered]]:
+    """Push a queue item onto a fresh Redis and take it with basic_get (kombu's QoS.append or
+    the fast one files the copy), through kombu's Redis transport with the given QoS."""
     opened: list[Connection] = []
 
     def delivered(qos: type[Any], queue_item: str) -> Delivered:
-        server = fakeredis.FakeServer()
-        connection = Connection(
-            "redis://127.0.0.1:6379/0",
-            transport_options={"visibility_timeout": VISIBILITY_TIMEOUT},
-        )
+        url, reach = fresh_redis()
+        connection = Connection(url, transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
         opened.append(connection)
         connection.transport.Channel = type(
-            "ContractChannel",
-            (kombu_redis.Channel,),
-            {"QoS": qos, "connection_class": fake_connection_class(server)},
+            "ContractChannel", (kombu_redis.Channel,), {"QoS": qos, **reach}
         )
         channel = connection.channel()
         client = channel.client
