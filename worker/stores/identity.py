@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from worker.settings import Settings, display_path, masked_url, redis_db
+from worker.settings import Settings, display_path, masked_url, redis_db, redis_seeds
 from worker.stores import SQLITE_PREFIX
 
 DEFAULT_REDIS_PORT = 6379
@@ -57,14 +57,18 @@ def _cluster_of(url: str, settings: Settings) -> str | None:
     import redis
 
     options = settings.redis_tls_options() if url.startswith("rediss://") else {}
-    try:
-        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5, **options)
+    for seed in redis_seeds(url):  # a cluster's seed nodes, in turn: the first that answers
         try:
-            return cluster_identity(client)
-        finally:
-            client.close()
-    except redis.RedisError:
-        return None
+            client = redis.Redis.from_url(
+                seed, socket_timeout=5, socket_connect_timeout=5, **options
+            )
+            try:
+                return cluster_identity(client)
+            finally:
+                client.close()
+        except redis.RedisError:
+            continue
+    return None
 
 
 def store_identity(
@@ -80,6 +84,10 @@ def store_identity(
     """
     if cluster is not None:
         return f"{cluster} (key prefix {key_prefix})"
+    seeds = redis_seeds(url)
+    if len(seeds) > 1:  # a cluster that did not answer: its seed nodes, each as one server
+        named = [store_identity(seed, key_prefix, host=host).rsplit(" (", 1)[0] for seed in seeds]
+        return f"{', '.join(named)} (key prefix {key_prefix})"
     machine = host or socket.gethostname()
     if url.startswith(SQLITE_PREFIX):
         path = Path(url.removeprefix(SQLITE_PREFIX)).resolve()

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import redis
 from pydantic_core import to_json
@@ -45,7 +46,7 @@ from redis.exceptions import (
 from contracts import Attempt
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
-from worker.settings import REPLICA_TIMEOUT_MS, masked_url
+from worker.settings import REPLICA_TIMEOUT_MS, masked_url, redis_seeds
 from worker.stores.attempts import required_set_json, script_args
 from worker.stores.base import DeadLetter, Recorded, recorded_ms
 from worker.stores.keys import ClusterKeyLayout
@@ -162,8 +163,13 @@ class RedisClusterStore(RedisStore):
     def from_url(
         cls, url: str, *, client_options: Mapping[str, Any] | None = None, **options: Any
     ) -> RedisClusterStore:
+        # Several seed nodes (settings.redis_seeds()): redis-py tries each in turn for the
+        # slot map, so one node down at start does not hide the cluster.
+        first, *others = redis_seeds(url)
+        seeds = [ClusterNode(parts.hostname, parts.port or 6379) for parts in map(urlsplit, others)]
         client = RedisCluster.from_url(
-            url,
+            first,
+            startup_nodes=seeds,
             socket_timeout=10,
             socket_connect_timeout=5,
             socket_keepalive=True,
