@@ -320,24 +320,28 @@ T = TypeVar("T")
 # Errors whose server is up and whose write is right, but which cannot take it now, by the
 # code that starts the reply; redis-py has classes for OOM and READONLY only (MISCONF and
 # NOREPLICAS are plain ResponseErrors, MASTERDOWN a ClusterDownError that one Redis sends too).
-WRITE_REFUSALS = (
-    "OOM",  # full: maxmemory with noeviction, until memory is freed
-    "READONLY",  # a replica (after a failover) until a primary is back at the address
-    "MISCONF",  # cannot persist (a full disk under its AOF or RDB) until it can again
-    "NOREPLICAS",  # fewer replicas than its min-replicas-to-write
-    "MASTERDOWN",  # a replica cut off from its master, with replica-serve-stale-data no
-)
+# A replica at the address is a failover under way, or the wrong URL: a TransientError,
+# which the CLI says with "check --store"; the others are StoreBusy (the URL is right).
+WRITE_REFUSALS = {
+    "OOM": StoreBusy,  # full: maxmemory with noeviction, until memory is freed
+    "MISCONF": StoreBusy,  # cannot persist (a full disk under its AOF or RDB) until it can
+    "NOREPLICAS": StoreBusy,  # fewer replicas in sync than its min-replicas-to-write
+    "READONLY": TransientError,  # a replica, until a primary is back at the address
+    "MASTERDOWN": TransientError,  # a replica cut off from its master (serve-stale-data no)
+}
 
 
-def write_refusal(error: redis.ResponseError) -> str | None:
-    """The reply, code first, of an error in WRITE_REFUSALS; None for any other."""
+def write_refusal(error: redis.ResponseError) -> tuple[type[TransientError], str] | None:
+    """The error to raise for an error in WRITE_REFUSALS, and its reply, code first; None
+    for any other."""
     code = getattr(error, "status_code", None)  # redis-py strips the code off its classes'
     text = str(error)
     if code is None:
         code = text.split(" ", 1)[0]
     elif not text.startswith(code):
         text = f"{code} {text}"
-    return text if code in WRITE_REFUSALS else None
+    kind = WRITE_REFUSALS.get(code)
+    return None if kind is None else (kind, text)
 
 
 Stamped = TypeVar("Stamped", AnyAlert, DeadLetter)
@@ -444,7 +448,8 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
             refusal = write_refusal(error)
             if refusal is not None:
                 self.replica_count.forget()
-                raise StoreBusy(f"Redis refuses writes for now: {refusal}") from error
+                kind, reply = refusal
+                raise kind(f"Redis refuses writes for now: {reply}") from error
             if "DB index is out of range" not in str(error):
                 raise
             raise ConfigurationError(

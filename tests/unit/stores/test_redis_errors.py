@@ -43,9 +43,7 @@ def raising(error: Exception) -> Any:
     return operation
 
 
-@pytest.mark.parametrize(
-    "reply", [AOF_FULL, RDB_FAILED, NO_REPLICAS, MASTER_DOWN, FULL, REPLICA]
-)
+@pytest.mark.parametrize("reply", [AOF_FULL, RDB_FAILED, NO_REPLICAS, FULL])
 def test_a_server_that_refuses_writes_for_now_is_store_busy(reply: str) -> None:
     """The reply as redis-py parses it (a plain ResponseError for MISCONF and NOREPLICAS):
     StoreBusy, its message the reply whole, code first."""
@@ -56,6 +54,16 @@ def test_a_server_that_refuses_writes_for_now_is_store_busy(reply: str) -> None:
 
     assert str(raised.value) == f"Redis refuses writes for now: {reply}"
     assert raised.value.__cause__ is error
+
+
+@pytest.mark.parametrize("reply", [REPLICA, MASTER_DOWN])
+def test_a_replica_at_the_address_is_transient_but_not_busy(reply: str) -> None:
+    """A failover under way, or the wrong URL: waited for, and the CLI's hint names the URL."""
+    with pytest.raises(TransientError) as raised:
+        store()._call(raising(BaseParser.parse_error(reply)))
+
+    assert type(raised.value) is TransientError
+    assert str(raised.value) == f"Redis refuses writes for now: {reply}"
 
 
 def test_a_server_loading_its_data_is_store_busy() -> None:
