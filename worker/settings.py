@@ -154,9 +154,10 @@ class Settings(BaseSettings):
         description="Redis store (a single server, or each master of a Redis Cluster): "
         "replicas each write must reach (Redis `WAIT`) before its "
         "message is acknowledged; a write not confirmed in time is retried like an outage, "
-        "its message unacknowledged. Unset: 1 when the server has a replica connected as the "
-        "store first writes (on a cluster: that master, asked again every 10 s), else 0 "
-        "(`0`: no wait). See "
+        "its message unacknowledged. Unset: 1 while the server (on a cluster: that master) "
+        "has a replica in sync, else 0, asked again every 10 s and at the next write after a "
+        "wait fell short or the server failed, so a promoted master with no replica takes "
+        "writes at once (`0`: no wait; a set count is waited for whatever the server has). See "
         "[operations.md](operations.md#no-acknowledged-outcome-lost-on-failover)",
     )
     store_replica_timeout_ms: int = Field(
@@ -507,7 +508,8 @@ def redis_db(url: str) -> int:
         for seed in seeds:
             if not urlsplit(seed).hostname:
                 raise ValueError(f"{masked_url(url)}: a seed node has no host: {SEEDS_HINT}")
-        return [redis_db(seed) for seed in seeds][0]
+        databases = [redis_db(seed) for seed in seeds]  # each node's checked
+        return databases[0]
     parts = urlsplit(url)
     try:
         _ = parts.port  # parsing it is the check

@@ -127,8 +127,8 @@ def test_a_promoted_replica_takes_every_write_without_a_restart(
         sending = Publisher(publisher(), queue, ledger, messages)
         sending.start()
         worker.wait_until(
-            lambda lines: sending.sent >= MESSAGES // 3 and any(
-                line.get("event") == SCORED for line in lines
+            lambda lines: (
+                sending.sent >= MESSAGES // 3 and any(line.get("event") == SCORED for line in lines)
             ),
             timeout=60,
             what="a third of the stream sent, and scoring under way",
@@ -141,10 +141,13 @@ def test_a_promoted_replica_takes_every_write_without_a_restart(
         proxy.retarget(servers.replica.port)
         moved_at = time.monotonic()
         sending.join(timeout=90)
-        assert sending.error is None and not sending.is_alive()
+        assert sending.error is None
+        assert not sending.is_alive()
         worker.wait_until(all_scored(messages), timeout=90, what="every message scored")
         wait_for_value(
-            lambda: queue_length(BROKER_URL, queue) + unacked_count(BROKER_URL, queue), 0, timeout=30
+            lambda: queue_length(BROKER_URL, queue) + unacked_count(BROKER_URL, queue),
+            0,
+            timeout=30,
         )
 
         records = worker.records()

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.records import NONDETERMINISM, SCORED

@@ -82,12 +82,8 @@ def store_identity(
     scheme is shown masked (open_store refuses it before anything announces it). `cluster`:
     the cluster_identity() of the Redis at `url`, which names the store instead of its node.
     """
-    if cluster is not None:
-        return f"{cluster} (key prefix {key_prefix})"
-    seeds = redis_seeds(url)
-    if len(seeds) > 1:  # a cluster that did not answer: its seed nodes, each as one server
-        named = [store_identity(seed, key_prefix, host=host).rsplit(" (", 1)[0] for seed in seeds]
-        return f"{', '.join(named)} (key prefix {key_prefix})"
+    if cluster is not None or len(redis_seeds(url)) > 1:
+        return _cluster_line(url, key_prefix, host=host, cluster=cluster)
     machine = host or socket.gethostname()
     if url.startswith(SQLITE_PREFIX):
         path = Path(url.removeprefix(SQLITE_PREFIX)).resolve()
@@ -105,6 +101,17 @@ def store_identity(
             return f"{location % 'localhost'} on {machine} {prefix}"
         return f"{location % (f'[{server}]' if ':' in server else server)} {prefix}"
     return masked_url(url)
+
+
+def _cluster_line(url: str, key_prefix: str, *, host: str | None, cluster: str | None) -> str:
+    """A cluster by its identity; one that did not answer by its seed nodes, each named as
+    one server would be."""
+    if cluster is not None:
+        return f"{cluster} (key prefix {key_prefix})"
+    named = [
+        store_identity(seed, key_prefix, host=host).rsplit(" (", 1)[0] for seed in redis_seeds(url)
+    ]
+    return f"{', '.join(named)} (key prefix {key_prefix})"
 
 
 def is_loopback(host: str) -> bool:

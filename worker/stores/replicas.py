@@ -223,4 +223,3 @@ class ReplicaWait:
             return replies
         self.check(replies[-WAIT_REPLIES:], wanted)
         return replies[:-WAIT_REPLIES]
-

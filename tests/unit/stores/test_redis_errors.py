@@ -24,9 +24,7 @@ RDB_FAILED = (
     "RDB error."
 )
 NO_REPLICAS = "NOREPLICAS Not enough good replicas to write."
-MASTER_DOWN = (
-    "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
-)
+MASTER_DOWN = "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
 FULL = "OOM command not allowed when used memory > 'maxmemory'."
 REPLICA = "READONLY You can't write against a read only replica."
 LOADING = "LOADING Redis is loading the dataset in memory"
