@@ -166,7 +166,10 @@ class RedisClusterStore(RedisStore):
         # Several seed nodes (settings.redis_seeds()): redis-py tries each in turn for the
         # slot map, so one node down at start does not hide the cluster.
         first, *others = redis_seeds(url)
-        seeds = [ClusterNode(parts.hostname, parts.port or 6379) for parts in map(urlsplit, others)]
+        seeds = [
+            ClusterNode(parts.hostname, parts.port or 6379)  # type: ignore[no-untyped-call]
+            for parts in map(urlsplit, others)
+        ]
         client = RedisCluster.from_url(
             first,
             startup_nodes=seeds,
