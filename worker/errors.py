@@ -5,6 +5,7 @@ EvidenceError
 ├── InputError             permanent: the message or input file is unusable
 │   └── OversizeMessage
 └── TransientError         retryable: the store or broker is unreachable for now
+    └── StoreBusy          retryable: the store answers but cannot take writes yet
 
 contracts.PolicyError (a ValueError, no I/O) is turned into ConfigurationError at start-up.
 """
@@ -30,3 +31,9 @@ class OversizeMessage(InputError):
 
 class TransientError(EvidenceError):
     """Raised when the store is unreachable for now; tasks retry these with backoff."""
+
+
+class StoreBusy(TransientError):
+    """Raised when the store answers but cannot take a write yet: its replicas have not
+    confirmed it (or are in their first sync), it is loading its data, it cannot persist
+    (MISCONF), it is full, or it is a replica. The URL is right: waiting is the fix."""

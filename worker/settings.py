@@ -20,6 +20,7 @@ DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 DEFAULT_SQLITE_PATH = "evidence-coverage.sqlite3"
 REDIS_SCHEMES = ("redis", "rediss")
 REDIS_URL_HINT = "use redis://host:port/db, db a database number the server has (0-15 by default)"
+SEEDS_HINT = "name a Redis Cluster's seed nodes as redis://host1:port1,host2:port2/0"
 BROKER_URL_HINT = "use redis://host:port/db or amqp://user:password@host:port/vhost"
 _DB_PATH = re.compile(r"/?|/[0-9]+")
 # The webhook's bounds, here so WebhookSender's defaults and the settings' are one number.
@@ -54,7 +55,9 @@ class Settings(BaseSettings):
     )
     store_url: str | None = Field(
         default=None,
-        description="result store: `redis://…`, `rediss://…` or `sqlite:///path`. Unset: the "
+        description="result store: `redis://…`, `rediss://…` or `sqlite:///path`; a Redis "
+        "Cluster's URL may name several seed nodes, `redis://host1:7000,host2:7001/0`, tried in "
+        "turn as the store opens. Unset: the "
         "worker, `publish`, `reconcile` and the client use the broker's Redis (the default "
         "broker's for an AMQP broker); `score`, `show`, `explain`, `alerts` and `canary` use "
         f"`sqlite:///{DEFAULT_SQLITE_PATH}`",
@@ -151,9 +154,10 @@ class Settings(BaseSettings):
         description="Redis store (a single server, or each master of a Redis Cluster): "
         "replicas each write must reach (Redis `WAIT`) before its "
         "message is acknowledged; a write not confirmed in time is retried like an outage, "
-        "its message unacknowledged. Unset: 1 when the server has a replica connected as the "
-        "store first writes (on a cluster: that master, asked again every 10 s), else 0 "
-        "(`0`: no wait). See "
+        "its message unacknowledged. Unset: 1 while the server (on a cluster: that master) "
+        "has a replica in sync, else 0, asked again every 10 s and at the next write after a "
+        "wait fell short or the server failed, so a promoted master with no replica takes "
+        "writes at once (`0`: no wait; a set count is waited for whatever the server has). See "
         "[operations.md](operations.md#no-acknowledged-outcome-lost-on-failover)",
     )
     store_replica_timeout_ms: int = Field(
@@ -477,12 +481,35 @@ def masked_url(url: str) -> str:
     return display_path(f"{scheme}://{user}:**@{location}")
 
 
+def redis_seeds(url: str) -> list[str]:
+    """One URL per node a Redis store URL names. `redis://[user:password@]host1:port1,host2:port2/0`
+    names several seed nodes of one Redis Cluster (redis-py's `startup_nodes`), each reached
+    with the URL's user, password, database and query; a URL of one host is itself."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in REDIS_SCHEMES:
+        return [url]
+    cut = min((rest.find(mark) for mark in "/?#" if mark in rest), default=len(rest))
+    location, tail = rest[:cut], rest[cut:]
+    credentials, at, hosts = location.rpartition("@")
+    if "," not in hosts:
+        return [url]
+    return [f"{scheme}://{credentials}{at}{host}{tail}" for host in hosts.split(",")]
+
+
 def redis_db(url: str) -> int:
     """The database number of a redis:// or rediss:// URL (0 when it names none).
 
     ValueError, saying what to write, for a port or database that is not a number: redis-py
     and kombu would otherwise use DB 0 for /abc or /0/x without a word, or fail deep inside.
+    A URL of several seed nodes (redis_seeds()) is checked node by node.
     """
+    seeds = redis_seeds(url)
+    if len(seeds) > 1:
+        for seed in seeds:
+            if not urlsplit(seed).hostname:
+                raise ValueError(f"{masked_url(url)}: a seed node has no host: {SEEDS_HINT}")
+        databases = [redis_db(seed) for seed in seeds]  # each node's checked
+        return databases[0]
     parts = urlsplit(url)
     try:
         _ = parts.port  # parsing it is the check

@@ -63,6 +63,12 @@ class FaultProxy:
         """From now on, server->client bytes are read and discarded; connections stay open."""
         self._dropping.set()
 
+    def retarget(self, port: int, host: str = "127.0.0.1") -> None:
+        """Move the address to another server, as a failover moves a service address: new
+        connections reach `host`:`port`, and every relayed one is reset."""
+        self.target_host, self.target_port = host, port
+        self.reset_all()
+
     def pass_traffic(self) -> None:
         """Relay both ways again (bytes dropped meanwhile are gone, as on a real network)."""
         self._dropping.clear()

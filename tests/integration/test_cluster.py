@@ -333,6 +333,37 @@ def test_a_write_waits_for_its_master_s_replica(
     store.close()
 
 
+def test_the_reconcile_lease_waits_for_its_master_s_replica(
+    redis_cluster: Cluster, cluster_prefix: str
+) -> None:
+    """The lease's master's replica stopped: taking the lease is a transient error naming
+    that master, as for any write; the replica back, it has the lease."""
+    store = RedisClusterStore.from_url(
+        redis_cluster.url, prefix=cluster_prefix, min_replicas=None, replica_timeout_ms=300
+    )
+    key = store.keys.lease("reconcile")
+    master = redis_cluster.master_of(key)
+    replica = redis_cluster.replica_of(master)
+    os.kill(replica.process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(TransientError) as raised:
+            store.take_lease("reconcile", "run-1", 300)
+    finally:
+        os.kill(replica.process.pid, signal.SIGCONT)
+    redis_cluster.wait_replicas_synced()
+
+    assert str(raised.value) == (
+        f"store {store.name} {master.address}: the write reached 0 of 1 replica in 300 ms "
+        "(EVIDENCE_STORE_MIN_REPLICAS): not acknowledged until the replicas have it"
+    )
+    on_replica = redis.Redis(port=replica.port, single_connection_client=True)
+    on_replica.execute_command("READONLY")  # a cluster replica serves reads once asked
+    assert on_replica.get(key) == b"run-1"
+    on_replica.close()
+    assert store.take_lease("reconcile", "run-2", 300) is False
+    store.close()
+
+
 class Killed(BaseException):
     """The worker's death between two steps of a record (not an Exception: nothing catches
     it on the way out)."""

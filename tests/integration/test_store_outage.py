@@ -9,7 +9,10 @@ same paths: the task waits, hands its message back unacknowledged, and scores it
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.records import NONDETERMINISM, SCORED
 from tests.integration import worker_harness
@@ -29,6 +33,8 @@ from tests.integration.worker_harness import (
     hash_of,
     send_scores,
 )
+from worker.constants import TASK_FAILED, UNRECORDABLE
+from worker.observability.metrics import MULTIPROC_ENV
 from worker.stores.redis import RedisStore
 
 start_worker = worker_harness.start_worker
@@ -195,3 +201,128 @@ def test_a_store_at_maxmemory_keeps_every_message_until_it_takes_writes(
         assert store.dead_letters() == []
     finally:
         store.close()
+
+
+DISK_BYTES = 2 * 1024 * 1024
+BALLAST_BYTES = 1_800_000  # leaves ~300 KB for the AOF: filled a hundred or so records in
+AOF_MESSAGES = 300
+
+
+@pytest.fixture
+def aof_on_small_disk(tmp_path: Path) -> Iterator[tuple[RedisServer, Path]]:
+    """A store with `--appendonly yes` (as deploy/ runs it) whose directory is a 2 MB tmpfs
+    mounted in a mount namespace of the server's own, nearly filled by a ballast file; yields
+    the server and the ballast's path as this process sees it (/proc/PID/root/...), whose
+    removal frees the space. The mount goes with the server."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            "unshare", "-m", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs -o size="$1" tmpfs "$0" && head -c "$2" /dev/zero > "$0/ballast" '
+            '&& exec redis-server --port "$3" --bind 127.0.0.1 --dir "$0" --save "" '
+            "--appendonly yes --appendfsync everysec --auto-aof-rewrite-percentage 0 "
+            '--logfile "$0/../redis.log"',
+            str(disk), str(DISK_BYTES), str(BALLAST_BYTES), str(port),
+        ],
+    )  # fmt: skip
+    server = RedisServer(port=port, directory=tmp_path, process=process)
+    client = redis.Redis(port=port, socket_connect_timeout=1)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert process.poll() is None, (tmp_path / "redis.log").read_text("utf-8", "replace")
+            assert time.monotonic() < deadline, "the AOF store did not start"
+            time.sleep(0.05)
+    client.close()
+    yield server, Path(f"/proc/{process.pid}/root") / str(disk).lstrip("/") / "ballast"
+    server.kill()
+
+
+def store_unavailable_gauge(port: int) -> float | None:
+    """The worker's evidence_coverage_store_unavailable, scraped (None: no answer yet)."""
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        return None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "evidence_coverage_store_unavailable":
+                return float(sample.value)
+    return None
+
+
+def wait_for_gauge(port: int, value: float, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while store_unavailable_gauge(port) != value:
+        assert time.monotonic() < deadline, f"the gauge never read {value}"
+        time.sleep(0.2)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_a_full_disk_under_the_aof_is_an_outage_not_a_bug(
+    start_worker: Callable[..., Worker],
+    aof_on_small_disk: tuple[RedisServer, Path],
+    publisher: Callable[..., Celery],
+    queue: str,
+    key_prefix: str,
+    message_dict: MessageFactory,
+    tmp_path: Path,
+) -> None:
+    """The AOF's disk fills mid-stream and Redis answers MISCONF: the worker waits with the
+    store_unavailable WARNING naming MISCONF and its gauge at 1, no task_failed or
+    unrecordable line; once the ballast is removed every message is recorded exactly once
+    and the gauge is back at 0."""
+    server, ballast = aof_on_small_disk
+    messages = distinct(message_dict, "outage-aof", AOF_MESSAGES)
+    metrics_port = free_port()
+    env = {
+        **OUTAGE_ENV,
+        "EVIDENCE_METRICS_PORT": str(metrics_port),
+        MULTIPROC_ENV: str(tmp_path / "metrics"),
+    }
+    worker = start_worker(queue, store_url=server.url, env=env)
+    worker.wait_ready()
+
+    send_scores(publisher(), queue, messages)
+    worker.wait_until(
+        lambda lines: any(
+            str(line.get("problem", "")).startswith(
+                "Redis refuses writes for now: MISCONF Errors writing to the AOF file: "
+                "No space left on device"
+            )
+            for line in lines
+            if line.get("event") == "evidence_coverage.store_unavailable"
+        ),
+        timeout=90,
+        what="the worker to wait for a store that cannot persist",
+    )
+    wait_for_gauge(metrics_port, 1.0, timeout=30)
+    scored_while_full = len(worker.events(SCORED))
+    os.remove(ballast)
+    scored_once_each(worker, messages, timeout=120)
+    wait_for_gauge(metrics_port, 0.0, timeout=30)
+
+    assert 0 < scored_while_full < AOF_MESSAGES
+    assert worker.events(TASK_FAILED, UNRECORDABLE) == []
+    waiting = worker.events("evidence_coverage.store_unavailable")
+    assert {line["level"] for line in waiting} == {"warning"}
+    records = [line for line in worker.records() if line["case_id"].startswith("outage-aof")]
+    assert sorted(Counter(r["case_id"] for r in records).values()) == [1] * AOF_MESSAGES
+    store = RedisStore.from_url(server.url, prefix=key_prefix)
+    try:
+        histories = check_first_outcomes(store, messages, records)
+        assert sorted(h.total_attempts for h in histories.values()) == [1] * AOF_MESSAGES
+        assert (store.alerts(), store.dead_letters()) == ([], [])
+    finally:
+        store.close()
+    print(  # the counts, for the report
+        f"published {AOF_MESSAGES}, recorded {len(records)}, lost {AOF_MESSAGES - len(records)}, "
+        f"scored before the disk filled {scored_while_full}, waits {len(waiting)}"
+    )

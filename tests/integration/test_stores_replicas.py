@@ -28,7 +28,7 @@ from worker.cli.exit_codes import INVALID, OK
 from worker.errors import TransientError
 from worker.settings import Settings
 from worker.stores import DeadLetter, Recorded, open_store
-from worker.stores.keys import dead_letters_key, ledger_task_key, outcome_key
+from worker.stores.keys import dead_letters_key, lease_key, ledger_task_key, outcome_key
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
@@ -199,6 +199,19 @@ def test_a_ledger_note_and_a_close_wait_for_the_replica(
     assert store.count_unrecorded(published_before=FUTURE) == 0
 
 
+def test_the_reconcile_lease_waits_for_the_replica(
+    store: RedisStore, replicated_redis: ReplicatedRedis, prefix: str
+) -> None:
+    """Replica stopped: taking the lease raises (the beat's run republishes nothing on a
+    lease a failover could lose); back, the replica has it, and no other run takes it."""
+    with replicated_redis.paused(), pytest.raises(TransientError) as raised:
+        store.take_lease("reconcile", "run-1", 300)
+
+    assert str(raised.value) == short_of_replicas(replicated_redis.url)
+    assert on_replica(replicated_redis, lease_key(prefix, "reconcile"))
+    assert store.take_lease("reconcile", "run-2", 300) is False
+
+
 def test_publish_sends_nothing_while_the_replica_lags_then_everything(
     replicated_redis: ReplicatedRedis,
     prefix: str,
@@ -233,7 +246,7 @@ def test_publish_sends_nothing_while_the_replica_lags_then_everything(
     assert (lagging, sent_while_lagging) == (INVALID, 0)
     assert lagging_err == (
         f"evidence-worker: store unavailable: {short_of_replicas(replicated_redis.url)}; "
-        "check --store or EVIDENCE_STORE_URL\n"
+        "run again once it takes writes\n"
     )
     assert (back, queue_length(BROKER_URL, queue)) == (OK, 3)
     assert back_err.splitlines()[-1] == (

@@ -35,7 +35,7 @@ from worker.cli import (
 )
 from worker.cli.common import PROG
 from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
-from worker.errors import ConfigurationError, InputError, TransientError
+from worker.errors import ConfigurationError, InputError, StoreBusy, TransientError
 from worker.usage import HelpfulParser
 
 if TYPE_CHECKING:
@@ -170,6 +170,8 @@ def _user_error(error: Exception) -> str | None:
         return f"configuration error: {error}"
     if isinstance(error, InputError):
         return str(error)
+    if isinstance(error, StoreBusy):  # the URL is right: the store cannot take writes yet
+        return f"store unavailable: {str(error).rstrip('.')}; run again once it takes writes"
     if isinstance(error, TransientError):
         return f"store unavailable: {str(error).rstrip('.')}; check --store or EVIDENCE_STORE_URL"
     # kombu raises it only once imported: look, do not import.

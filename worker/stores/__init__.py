@@ -146,9 +146,15 @@ def _is_cluster(
     opens); a cluster the store could not use is a ConfigurationError, and so is, when the
     store is `declared` a cluster (EVIDENCE_STORE_CLUSTER), a node that does not answer or a
     single Redis."""
-    from worker.settings import masked_url
+    from worker.settings import masked_url, redis_seeds
 
-    masters = _cluster_masters(url, client_options, required=declared)
+    seeds = len(redis_seeds(url)) > 1
+    masters = _cluster_masters(url, client_options, required=declared or seeds)
+    if masters is None and seeds:
+        raise ConfigurationError(
+            f"store URL {masked_url(url)} names several seed nodes, which only a Redis "
+            "Cluster has, but its server is a single Redis: name that one server alone"
+        )
     if masters is None and declared:
         raise ConfigurationError(
             f"store {masked_url(url)} is a single Redis, not a node of a Redis Cluster "
@@ -168,11 +174,39 @@ def _cluster_masters(
 ) -> int | None:
     """The masters of the Redis Cluster the server at `url` is a node of; None for a single
     Redis, and for a server that does not answer now, which is taken for a single Redis whose
-    store waits for it as for any outage, unless a cluster is `required`: then that is a
-    ConfigurationError (nothing says which other nodes to try)."""
+    store waits for it as for any outage, unless a cluster is `required` (declared, or several
+    seed nodes named): then that is a ConfigurationError once no seed node answers, tried in
+    turn."""
     import redis
 
-    from worker.settings import masked_url
+    from worker.settings import masked_url, redis_seeds
+
+    seeds = redis_seeds(url)
+    problems = []
+    for seed in seeds:
+        try:
+            return _node_masters(seed, client_options, masked_url(url))
+        except redis.RedisError as error:
+            problems.append(f"{error}")
+    if not required:
+        return None
+    if len(seeds) == 1:
+        raise ConfigurationError(
+            f"store {masked_url(url)}: the Redis Cluster node does not answer ({problems[0]}); "
+            "with EVIDENCE_STORE_CLUSTER=true the store must be reachable at start: "
+            "name a node that is up"
+        )
+    raise ConfigurationError(
+        f"store {masked_url(url)}: none of its {len(seeds)} seed nodes answers "
+        f"({'; '.join(problems)}): start the worker once one of them is up, or name one that is"
+    )
+
+
+def _node_masters(url: str, client_options: Mapping[str, Any] | None, name: str) -> int | None:
+    """cluster_masters() of the one server at `url`; a refused login is a
+    ConfigurationError, a server that does not answer a RedisError."""
+    import redis
+
     from worker.stores.redis_cluster import cluster_masters
 
     probe = redis.Redis.from_url(
@@ -180,19 +214,9 @@ def _cluster_masters(
     )
     probe.connection_pool.connection_kwargs["db"] = 0  # a cluster node refuses SELECT
     try:
-        return cluster_masters(probe, masked_url(url))
+        return cluster_masters(probe, name)
     except redis.AuthenticationError as error:
-        raise ConfigurationError(
-            f"store {masked_url(url)}: Redis refused the login: {error}"
-        ) from None
-    except redis.RedisError as error:
-        if required:
-            raise ConfigurationError(
-                f"store {masked_url(url)}: the Redis Cluster node does not answer ({error}); "
-                "with EVIDENCE_STORE_CLUSTER=true the store must be reachable at start: "
-                "name a node that is up"
-            ) from None
-        return None
+        raise ConfigurationError(f"store {name}: Redis refused the login: {error}") from None
     finally:
         probe.close()
 

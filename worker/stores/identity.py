@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from worker.settings import Settings, display_path, masked_url, redis_db
+from worker.settings import Settings, display_path, masked_url, redis_db, redis_seeds
 from worker.stores import SQLITE_PREFIX
 
 DEFAULT_REDIS_PORT = 6379
@@ -57,14 +57,18 @@ def _cluster_of(url: str, settings: Settings) -> str | None:
     import redis
 
     options = settings.redis_tls_options() if url.startswith("rediss://") else {}
-    try:
-        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5, **options)
+    for seed in redis_seeds(url):  # a cluster's seed nodes, in turn: the first that answers
         try:
-            return cluster_identity(client)
-        finally:
-            client.close()
-    except redis.RedisError:
-        return None
+            client = redis.Redis.from_url(
+                seed, socket_timeout=5, socket_connect_timeout=5, **options
+            )
+            try:
+                return cluster_identity(client)
+            finally:
+                client.close()
+        except redis.RedisError:
+            continue
+    return None
 
 
 def store_identity(
@@ -78,8 +82,8 @@ def store_identity(
     scheme is shown masked (open_store refuses it before anything announces it). `cluster`:
     the cluster_identity() of the Redis at `url`, which names the store instead of its node.
     """
-    if cluster is not None:
-        return f"{cluster} (key prefix {key_prefix})"
+    if cluster is not None or len(redis_seeds(url)) > 1:
+        return _cluster_line(url, key_prefix, host=host, cluster=cluster)
     machine = host or socket.gethostname()
     if url.startswith(SQLITE_PREFIX):
         path = Path(url.removeprefix(SQLITE_PREFIX)).resolve()
@@ -97,6 +101,17 @@ def store_identity(
             return f"{location % 'localhost'} on {machine} {prefix}"
         return f"{location % (f'[{server}]' if ':' in server else server)} {prefix}"
     return masked_url(url)
+
+
+def _cluster_line(url: str, key_prefix: str, *, host: str | None, cluster: str | None) -> str:
+    """A cluster by its identity; one that did not answer by its seed nodes, each named as
+    one server would be."""
+    if cluster is not None:
+        return f"{cluster} (key prefix {key_prefix})"
+    named = [
+        store_identity(seed, key_prefix, host=host).rsplit(" (", 1)[0] for seed in redis_seeds(url)
+    ]
+    return f"{', '.join(named)} (key prefix {key_prefix})"
 
 
 def is_loopback(host: str) -> bool:

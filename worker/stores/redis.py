@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
 from contracts.records import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
-from worker.errors import ConfigurationError, TransientError
+from worker.errors import ConfigurationError, StoreBusy, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import (
     DEAD_LETTER_MAX_BYTES,
@@ -41,7 +41,7 @@ from worker.stores.keys import KeyLayout, replication_mark_key
 from worker.stores.ledger import task_and_position
 from worker.stores.redis_ledger import RedisLedger
 from worker.stores.redis_letters import RedisLetters
-from worker.stores.replicas import ReplicaWait
+from worker.stores.replicas import ReplicaCount, ReplicaWait
 from worker.stores.time_order import SortKey, in_time_order, ms_bounds
 
 MAX_ALERTS = 10_000
@@ -317,6 +317,32 @@ ATTEMPTS_PER_CALL = 200
 
 T = TypeVar("T")
 
+# Errors whose server is up and whose write is right, but which cannot take it now, by the
+# code that starts the reply; redis-py has classes for OOM and READONLY only (MISCONF and
+# NOREPLICAS are plain ResponseErrors, MASTERDOWN a ClusterDownError that one Redis sends too).
+# A replica at the address is a failover under way, or the wrong URL: a TransientError,
+# which the CLI says with "check --store"; the others are StoreBusy (the URL is right).
+WRITE_REFUSALS = {
+    "OOM": StoreBusy,  # full: maxmemory with noeviction, until memory is freed
+    "MISCONF": StoreBusy,  # cannot persist (a full disk under its AOF or RDB) until it can
+    "NOREPLICAS": StoreBusy,  # fewer replicas in sync than its min-replicas-to-write
+    "READONLY": TransientError,  # a replica, until a primary is back at the address
+    "MASTERDOWN": TransientError,  # a replica cut off from its master (serve-stale-data no)
+}
+
+
+def write_refusal(error: redis.ResponseError) -> tuple[type[TransientError], str] | None:
+    """The error to raise for an error in WRITE_REFUSALS, and its reply, code first; None
+    for any other."""
+    code = getattr(error, "status_code", None)  # redis-py strips the code off its classes'
+    text = str(error)
+    if code is None:
+        code = text.split(" ", 1)[0]
+    elif not text.startswith(code):
+        text = f"{code} {text}"
+    kind = WRITE_REFUSALS.get(code)
+    return None if kind is None else (kind, text)
+
 
 Stamped = TypeVar("Stamped", AnyAlert, DeadLetter)
 
@@ -359,7 +385,8 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         replica_timeout_ms: int = REPLICA_TIMEOUT_MS,
     ) -> None:
         """`min_replicas`: replicas each write waits for (worker/stores/replicas.py); None: 1
-        if the server has one connected at the first write, else 0 (open_store's default)."""
+        while the server has one in sync, asked again as ReplicaCount says, else 0
+        (open_store's default)."""
         self.client = client
         self.ledger_ttl_seconds = ledger_ttl_seconds
         # How messages name the store: its URL without the password.
@@ -371,11 +398,13 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         self.attempts_ttl_seconds = attempts_ttl_seconds or 0
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self._record: Script = client.register_script(RECORD_LUA)
+        # One count for the store's servers: its one server here, each master on a cluster.
+        self.replica_count = ReplicaCount(min_replicas, store_name=self.name)
         self.replicas = ReplicaWait(
             client,
             store_name=self.name,
             mark_key=replication_mark_key(prefix),
-            min_replicas=min_replicas,
+            count=self.replica_count,
             timeout_ms=replica_timeout_ms,
         )
 
@@ -405,13 +434,22 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
             raise ConfigurationError(
                 f"store {self.name}: Redis refused the login: {error}"
             ) from None
-        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as error:
+        except redis.BusyLoadingError as error:  # before ConnectionError, its base class
+            self.replica_count.forget()
+            raise StoreBusy(
+                f"Redis is not ready: {error} (a restart, or a replica's first sync): it "
+                "takes commands once loaded"
+            ) from error
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            # Asked again once it answers: the address may lead to a promoted replica now.
+            self.replica_count.forget()
             raise TransientError(f"Redis unreachable: {error}") from error
-        except (redis.OutOfMemoryError, redis.ReadOnlyError) as error:
-            # Full (maxmemory, noeviction) or a replica after a failover: it takes writes
-            # again once memory is freed or a primary is back.
-            raise TransientError(f"Redis refuses writes for now: {error}") from error
         except redis.ResponseError as error:
+            refusal = write_refusal(error)
+            if refusal is not None:
+                self.replica_count.forget()
+                kind, reply = refusal
+                raise kind(f"Redis refuses writes for now: {reply}") from error
             if "DB index is out of range" not in str(error):
                 raise
             raise ConfigurationError(
@@ -506,7 +544,7 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
             for index in pending:
                 keys, args = calls[index]
                 pipe.evalsha(self._record.sha, len(keys), *keys, *args)
-            self.replicas.add(pipe)
+            wanted = self.replicas.add(pipe)
             results = pipe.execute(raise_on_error=False)
             for result in results[:lead]:
                 if isinstance(result, Exception):
@@ -521,7 +559,7 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
                 else:
                     replies[index] = result
             if not missing:
-                self.replicas.check(results[len(pending) :])
+                self.replicas.check(results[len(pending) :], wanted)
                 return replies
             self.client.script_load(RECORD_LUA)
             pending = missing

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import redis
 from pydantic_core import to_json
@@ -45,7 +46,7 @@ from redis.exceptions import (
 from contracts import Attempt
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
-from worker.settings import REPLICA_TIMEOUT_MS, masked_url
+from worker.settings import REPLICA_TIMEOUT_MS, masked_url, redis_seeds
 from worker.stores.attempts import required_set_json, script_args
 from worker.stores.base import DeadLetter, Recorded, recorded_ms
 from worker.stores.keys import ClusterKeyLayout
@@ -60,12 +61,11 @@ from worker.stores.redis import (
     RedisStore,
 )
 from worker.stores.redis_ledger import CLOSE_LUA, NOTE_LUA
-from worker.stores.replicas import MARK_TTL_SECONDS, check_wait, connected_replicas
+from worker.stores.replicas import MARK_TTL_SECONDS
 
 T = TypeVar("T")
 
 DRIFT_MEMO_SECONDS = 86_400
-REPLICAS_CHECK_S = 10.0
 ROUNDS = 8  # redirections followed for one batch before it waits as a transient error
 TRY_AGAIN_PAUSE_S = 0.05
 
@@ -148,12 +148,9 @@ class RedisClusterStore(RedisStore):
 
     def __init__(self, client: RedisCluster, *, name: str | None = None, **options: Any) -> None:
         super().__init__(client, name=name or "redis cluster", **options)  # type: ignore[arg-type]
-        # Replicas each master's writes wait for (worker/stores/replicas.py); None: per master,
-        # 1 where it has a replica connected, else 0, asked again every REPLICAS_CHECK_S and
-        # after a wait fell short (a failover leaves the promoted master with none).
-        self.min_replicas: int | None = options.get("min_replicas", 0)
+        # Replicas each master's writes wait for: self.replica_count, per master by its name
+        # (worker/stores/replicas.py ReplicaCount, as on one Redis).
         self.replica_timeout_ms: int = options.get("replica_timeout_ms", REPLICA_TIMEOUT_MS)
-        self._replicas_of: dict[str, tuple[int, float]] = {}
         self._refresh_later = False  # an error may mean a new slot map: ask before next write
         self.layout = ClusterKeyLayout(self.prefix)
         self.keys = self.layout
@@ -166,8 +163,16 @@ class RedisClusterStore(RedisStore):
     def from_url(
         cls, url: str, *, client_options: Mapping[str, Any] | None = None, **options: Any
     ) -> RedisClusterStore:
+        # Several seed nodes (settings.redis_seeds()): redis-py tries each in turn for the
+        # slot map, so one node down at start does not hide the cluster.
+        first, *others = redis_seeds(url)
+        seeds = [
+            ClusterNode(parts.hostname, parts.port or 6379)  # type: ignore[no-untyped-call]
+            for parts in map(urlsplit, others)
+        ]
         client = RedisCluster.from_url(
-            url,
+            first,
+            startup_nodes=seeds,
             socket_timeout=10,
             socket_connect_timeout=5,
             socket_keepalive=True,
@@ -184,6 +189,7 @@ class RedisClusterStore(RedisStore):
             # CLUSTERDOWN while a master fails over, TRYAGAIN mid-migration, no node for a
             # slot yet: the cluster takes the write again once it has settled.
             self._refresh_later = True
+            self.replica_count.forget()  # a master may have failed over
             raise TransientError(f"Redis Cluster not ready for now: {error}") from error
         except TransientError:
             self._refresh_later = True
@@ -250,12 +256,13 @@ class RedisClusterStore(RedisStore):
     ) -> list[tuple[int, Any]]:
         """One pipeline on `node`: the commands, then the wait for its replicas (a mark in the
         first command's shard, then WAIT: see worker/stores/replicas.py)."""
-        pipe = self._redis_of(node).pipeline(transaction=False)
+        pipe = self._redis_of(node).pipeline(transaction=False)  # one connection: see WAIT
         for index, asking in items:
             if asking:
                 pipe.execute_command("ASKING")  # type: ignore[no-untyped-call]
             pipe.execute_command(*commands[index].args)  # type: ignore[no-untyped-call]
-        wanted = self._wanted_replicas(node)
+        server = self._redis_of(node)
+        wanted = self.replica_count.wanted(node.name, server)
         if wanted:
             mark = self.layout.replication_mark_in(commands[items[0][0]].key)
             pipe.set(mark, 1, ex=MARK_TTL_SECONDS)
@@ -270,20 +277,15 @@ class RedisClusterStore(RedisStore):
             # A mark refused (MOVED, mid-migration) leaves WAIT counting the pipeline's own
             # writes, which came before it on this connection.
             _, reached = next(results), next(results)
-            if isinstance(reached, Exception) or int(reached) < wanted:
-                self._replicas_of.pop(node.name, None)  # ask again: a failover, say
-                check_wait(reached, wanted, self.replica_timeout_ms, f"{self.name} {node.name}")
+            self.replica_count.check(
+                reached,
+                wanted,
+                self.replica_timeout_ms,
+                server=node.name,
+                client=server,
+                name=f"{self.name} {node.name}",
+            )
         return found
-
-    def _wanted_replicas(self, node: ClusterNode) -> int:
-        if self.min_replicas is not None:
-            return self.min_replicas
-        known = self._replicas_of.get(node.name)
-        if known is None or time.monotonic() - known[1] > REPLICAS_CHECK_S:
-            connected = connected_replicas(self._redis_of(node))
-            known = (1 if connected > 0 else 0, time.monotonic())
-            self._replicas_of[node.name] = known
-        return known[0]
 
     def _redis_of(self, node: ClusterNode) -> redis.Redis:
         connection = node.redis_connection
@@ -498,6 +500,13 @@ class RedisClusterStore(RedisStore):
             self.scripts.call("note", keys, args) for keys, args in self._note_calls(entries)
         ]
         self._call(lambda: self._run(commands))
+
+    def take_lease(self, name: str, holder: str, seconds: int) -> bool:
+        """SET NX with the expiry on the lease's master, waiting for its replicas as every
+        write does: a lease lost in a failover would let a second holder take it."""
+        key = self.keys.lease(name)
+        command = Command(key, ("SET", key, holder, "NX", "EX", seconds))
+        return self._call(lambda: self._run([command]))[0] is not None
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
         closes: list[tuple[str, int | None]] = []

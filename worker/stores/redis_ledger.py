@@ -136,9 +136,17 @@ class RedisLedger:
         self._call(lambda: self.replicas.execute(pipe))
 
     def take_lease(self, name: str, holder: str, seconds: int) -> bool:
-        """SET NX with the expiry: Redis ages the lease by its own clock."""
+        """SET NX with the expiry: Redis ages the lease by its own clock. Taken once the
+        replicas have it, as every write: a lease lost in a failover would let a second
+        holder take it (a promoted replica that never saw it)."""
         key = self.keys.lease(name)
-        return bool(self._call(lambda: self.client.set(key, holder, nx=True, ex=seconds)))
+
+        def run() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(key, holder, nx=True, ex=seconds)
+            return self.replicas.execute(pipe)[0]
+
+        return bool(self._call(run))
 
     def give_back_lease(self, name: str, holder: str) -> None:
         key = self.keys.lease(name)

@@ -14,11 +14,18 @@ import redis
 
 from tests.conftest import FIXED_NOW, ROOT
 from tests.factories import attempt, ledger_entry
-from worker.errors import ConfigurationError, TransientError
+from worker.errors import ConfigurationError, StoreBusy, TransientError
 from worker.settings import Settings, load_settings
 from worker.stores import DeadLetter
 from worker.stores.redis import RedisStore
-from worker.stores.replicas import MARK_TTL_SECONDS, ReplicaWait, add_wait, check_wait
+from worker.stores.replicas import (
+    MARK_TTL_SECONDS,
+    REPLICAS_CHECK_SECONDS,
+    ReplicaCount,
+    ReplicaWait,
+    add_wait,
+    check_wait,
+)
 
 MARK = "p:replication-mark"
 HASH = "a" * 64
@@ -43,16 +50,38 @@ class Pipe:
 
 
 class Server:
-    """A client whose INFO replication says `replicas` are connected; counts the calls."""
+    """A client whose INFO replication lists `replicas` in sync (state online) and `syncing`
+    in their first sync, as redis-py parses the reply; counts the calls."""
 
-    def __init__(self, replicas: int) -> None:
+    def __init__(self, replicas: int, syncing: int = 0) -> None:
         self.replicas = replicas
+        self.syncing = syncing
         self.calls = 0
 
     def info(self, section: str) -> dict[str, Any]:
         assert section == "replication"
         self.calls += 1
-        return {"role": "master", "connected_slaves": self.replicas}
+        states = ["online"] * self.replicas + ["wait_bgsave"] * self.syncing
+        reply: dict[str, Any] = {"role": "master", "connected_slaves": len(states)}
+        for n, state in enumerate(states):
+            reply[f"slave{n}"] = {
+                "ip": "10.0.0.9",
+                "port": 6380 + n,
+                "state": state,
+                "offset": 0,
+                "lag": 0,
+            }
+        return reply
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Restricted:
@@ -64,15 +93,15 @@ class Restricted:
         )
 
 
-def wait(min_replicas: int | None, server: Any = None, timeout_ms: int = 250) -> ReplicaWait:
+def wait(
+    min_replicas: int | None,
+    server: Any = None,
+    timeout_ms: int = 250,
+    clock: Clock | None = None,
+) -> ReplicaWait:
     client: Any = server if server is not None else Server(0)
-    return ReplicaWait(
-        client,
-        store_name=STORE,
-        mark_key=MARK,
-        min_replicas=min_replicas,
-        timeout_ms=timeout_ms,
-    )
+    count = ReplicaCount(min_replicas, store_name=STORE, clock=clock or Clock())
+    return ReplicaWait(client, store_name=STORE, mark_key=MARK, count=count, timeout_ms=timeout_ms)
 
 
 def test_add_wait_queues_the_mark_then_wait_last() -> None:
@@ -154,22 +183,97 @@ def test_a_failed_mark_is_raised() -> None:
     full = redis.OutOfMemoryError("command not allowed when used memory > 'maxmemory'")
 
     with pytest.raises(redis.OutOfMemoryError) as raised:
-        wait(1).check([full, 1])
+        wait(1).check([full, 1], 1)
 
     assert raised.value is full
 
 
-@pytest.mark.parametrize(("connected", "wanted"), [(0, 0), (1, 1), (2, 1)])
-def test_the_automatic_default_is_one_replica_where_the_server_has_any(
-    connected: int, wanted: int
+@pytest.mark.parametrize(
+    ("online", "syncing", "wanted"), [(0, 0, 0), (1, 0, 1), (2, 0, 1), (0, 1, 0), (1, 1, 1)]
+)
+def test_the_automatic_default_is_one_replica_where_the_server_has_one_in_sync(
+    online: int, syncing: int, wanted: int
 ) -> None:
-    """Unset: one INFO replication, at the first write, and never again."""
-    server = Server(connected)
+    """Unset: one INFO replication at the first write; a replica still in its first sync
+    (wait_bgsave) is not waited for, as it could acknowledge nothing before it is loaded."""
+    server = Server(online, syncing)
     replicas = wait(None, server)
 
     assert server.calls == 0
     assert [replicas.wanted(), replicas.wanted()] == [wanted, wanted]
     assert server.calls == 1
+
+
+def test_the_automatic_default_asks_again_once_its_answer_is_old() -> None:
+    """The answer stands REPLICAS_CHECK_SECONDS: a replica added meanwhile is waited for
+    from the first write after that."""
+    server, clock = Server(0), Clock()
+    replicas = wait(None, server, clock=clock)
+    before = replicas.wanted()
+    server.replicas = 1
+    clock.now += REPLICAS_CHECK_SECONDS - 0.001
+    still = replicas.wanted()
+    clock.now += 0.001
+
+    assert (before, still, replicas.wanted(), server.calls) == (0, 0, 1, 2)
+
+
+def test_a_wait_that_fell_short_makes_the_next_write_ask_again() -> None:
+    """A failover: the promoted master has no replica. The write that waited for one fails
+    (its message waits), and the next, with no time gone by, asks and waits for none."""
+    server, clock = Server(1), Clock()
+    replicas = wait(None, server, clock=clock)
+    pipe = Pipe(replies=["own", True, 0])
+    with pytest.raises(StoreBusy):
+        replicas.execute(pipe)
+    server.replicas = 0
+    after = Pipe(replies=["own"])
+
+    assert replicas.execute(after) == ["own"]
+    assert (after.queued, server.calls) == ([], 3)  # the count, why it fell short, again
+
+
+def test_a_set_count_keeps_waiting_after_a_wait_fell_short() -> None:
+    """EVIDENCE_STORE_MIN_REPLICAS=1 keeps its meaning: every write waits for one replica,
+    whatever the server has (asked only why the wait fell short)."""
+    server = Server(0)
+    replicas = wait(1, server)
+    with pytest.raises(StoreBusy):
+        replicas.execute(Pipe(replies=["own", True, 0]))
+    again = Pipe(replies=["own", True, 1])
+
+    assert replicas.execute(again) == ["own"]
+    assert (again.queued[-1], server.calls) == (("WAIT", 1, 250), 1)
+
+
+def test_each_server_has_its_own_count() -> None:
+    """A Redis Cluster's masters, one count each: a wait short on one master forgets that
+    master's count only."""
+    one, other, clock = Server(1), Server(1), Clock()
+    count = ReplicaCount(None, store_name=STORE, clock=clock)
+    assert (count.wanted("a", one), count.wanted("b", other)) == (1, 1)  # type: ignore[arg-type]
+
+    with pytest.raises(StoreBusy):
+        count.check(0, 1, 250, server="a", client=one, name=STORE)  # type: ignore[arg-type]
+    count.wanted("a", one)  # type: ignore[arg-type]
+    count.wanted("b", other)  # type: ignore[arg-type]
+
+    assert (one.calls, other.calls) == (3, 1)  # the first check's short_why() asked `one` too
+
+
+def test_a_short_wait_names_the_replicas_still_in_their_first_sync() -> None:
+    """A set count of 1 and a replica in its first sync: the error says so, rather than
+    leaving the user to suspect the URL."""
+    replicas = wait(1, Server(0, syncing=1))
+
+    with pytest.raises(StoreBusy) as raised:
+        replicas.execute(Pipe(replies=["own", True, 0]))
+
+    assert str(raised.value) == (
+        f"store {STORE}: the write reached 0 of 1 replica in 250 ms (EVIDENCE_STORE_MIN_REPLICAS)"
+        "; still in its first sync: replica 10.0.0.9:6380 (wait_bgsave): not acknowledged "
+        "until the replicas have it"
+    )
 
 
 def test_a_user_that_may_not_ask_must_set_the_count() -> None:
