@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import Field, FilePath, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contracts import Policy, parse_policy, policy_from_threshold
+from contracts import Policy, PolicyError, parse_policy, policy_from_threshold
 from worker.constants import EMPTY_FILE_PROBLEM
 from worker.errors import ConfigurationError
 
@@ -458,7 +458,32 @@ def read_policy_file(path: Path) -> Policy:
             f"policy file {shown} is not UTF-8 text ({error.reason} at byte {error.start}): "
             "save it as UTF-8"
         ) from None
-    return parse_policy(text, source=f"policy file {shown}")
+    return parse_policy(
+        text,
+        source=f"policy file {shown}",
+        read_previous=lambda previous: _read_previous(path, previous),
+    )
+
+
+def previous_policy_path(path: Path, previous: str) -> Path:
+    """The file an `[observe] previous` names: relative to the policy file that names it."""
+    return path.parent / previous
+
+
+def _read_previous(path: Path, previous: str) -> Policy:
+    """The previous policy of an observation window, as a PolicyError when it cannot be read
+    (parse_policy() says which key named it); its own [observe] is not followed."""
+    found = previous_policy_path(path, previous)
+    shown = display_path(found)
+    try:
+        text = found.read_text(encoding="utf-8")
+    except OSError as error:
+        raise PolicyError(f"cannot read {shown}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise PolicyError(
+            f"{shown} is not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
+    return parse_policy(text, source=f"policy file {shown}", previous=True)
 
 
 def display_path(path: str | Path) -> str:
