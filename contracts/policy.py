@@ -94,7 +94,8 @@ class Observe(BaseModel):
                 return date.fromisoformat(value)
             except ValueError:
                 pass
-        raise ValueError(f"{value!r} is not a date: write it as YYYY-MM-DD, e.g. \"2026-12-31\"")
+        shown = repr(value) if isinstance(value, str) else str(value)
+        raise ValueError(f"{shown} is not a date: write it as YYYY-MM-DD, e.g. \"2026-12-31\"")
 
 
 class Policy(BaseModel):
@@ -163,6 +164,10 @@ def parse_policy(
     except tomllib.TOMLDecodeError as error:
         raise PolicyError(f"{source} is not valid TOML: {error}") from None
     observe = data.pop("observe", None) if previous else data.get("observe")
+    if observe is not None and not isinstance(observe, dict):
+        raise PolicyError(
+            f"{source}: observe: must be a table ([observe] with previous and until)"
+        )
     if isinstance(observe, dict) and not previous:
         data["observe"] = {**observe, "rule": _previous(observe, source, read_previous)}
     try:

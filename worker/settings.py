@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
@@ -463,6 +464,18 @@ def read_policy_file(path: Path) -> Policy:
         source=f"policy file {shown}",
         read_previous=lambda previous: _read_previous(path, previous),
     )
+
+
+def window_warning(policy: Policy | None, path: Path | None, today: date) -> str | None:
+    """The WARNING of an observation window that ended before `today` (a UTC date), naming the
+    previous policy file to remove as found from the policy file `path` (SPEC §12); None
+    while it runs, and for a policy without one. Commands print it, the worker logs it."""
+    from contracts.policy import window_ended
+
+    if policy is None or policy.observe is None or path is None:
+        return None
+    previous = display_path(previous_policy_path(path, policy.observe.previous))
+    return window_ended(policy, today, previous_path=previous)
 
 
 def previous_policy_path(path: Path, previous: str) -> Path:

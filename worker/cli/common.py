@@ -136,7 +136,7 @@ def resolve_policy(
     A policy file whose observation window ([observe], SPEC §12) has ended prints one WARNING
     line on stderr naming the file to remove (window_warning())."""
     from contracts import policy_from_threshold
-    from worker.settings import read_policy_file
+    from worker.settings import read_policy_file, window_warning
 
     if args.policy is not None:
         policy, path = read_policy_file(args.policy), args.policy
@@ -153,18 +153,6 @@ def resolve_policy(
 def utc_today() -> date:
     """Today's UTC date, the CLI's clock for a policy's observation window (tests replace it)."""
     return datetime.now(UTC).date()
-
-
-def window_warning(policy: Policy | None, path: Path | None, today: date) -> str | None:
-    """The WARNING of an observation window that ended before `today`, naming the previous
-    policy file to remove as found from the policy file `path`; None otherwise."""
-    from contracts.policy import window_ended
-    from worker.settings import previous_policy_path
-
-    if policy is None or policy.observe is None or path is None:
-        return None
-    previous = display_path(previous_policy_path(path, policy.observe.previous))
-    return window_ended(policy, today, previous_path=previous)
 
 
 def previous_rule_today(policy: Policy | None) -> Policy | None:

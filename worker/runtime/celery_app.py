@@ -15,6 +15,7 @@ through it.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -23,7 +24,7 @@ from worker.constants import RECONCILE
 from worker.errors import ConfigurationError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.runtime import health
-from worker.settings import Settings
+from worker.settings import Settings, window_warning
 
 if TYPE_CHECKING:
     from worker.pipeline.service import Service
@@ -212,9 +213,21 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
         from worker.stores import open_store
 
         try:
-            self.settings.load_policy()
+            policy = self.settings.load_policy()
         except PolicyError as error:
             raise ConfigurationError(str(error)) from None
+        ended = window_warning(policy, self.settings.policy_file, datetime.now(UTC).date())
+        if ended is not None:  # logged once, at start-up (SPEC §12)
+            from worker.observability.logging import get_logger
+
+            assert policy is not None and policy.observe is not None
+            get_logger().warning(
+                "evidence_coverage.observation_window_ended",
+                message=ended.removeprefix("WARNING: "),
+                policy_version=policy.version,
+                previous_policy_version=policy.observe.rule.version,
+                until=policy.observe.until.isoformat(),
+            )
         heartbeat = self.settings.heartbeat_file
         if heartbeat is not None and (problem := health.directory_problem(heartbeat)):
             raise ConfigurationError(problem)
