@@ -110,8 +110,8 @@ def test_the_band_s_boundaries(value: float, expected: str) -> None:
     [("0.9", "0.05", 17 / 20), ("0.7", "0.1", 3 / 5), ("0.3", "0.1", 1 / 5), ("1", "0.5", 1 / 2)],
 )
 def test_the_edge_is_the_decimal_difference(threshold: str, band: str, edge: float) -> None:
-    """Where float subtraction is off by a digit (0.7 - 0.1 is 0.5999999999999999, 0.3 - 0.1
-    is 0.19999999999999998), a value exactly at threshold - band still fails."""
+    """Where float subtraction is off by a digit (0.3 - 0.1 is 0.19999999999999998, so 1 of 5
+    claims would read as inside the band), a value exactly at threshold - band still fails."""
     policy = parse_policy(GROUP + f"min_coverage = {threshold}\nreview_band = {band}\n")
 
     assert (status(edge, policy), status(float(threshold) - 1e-9, policy)) == ("fail", "review")
