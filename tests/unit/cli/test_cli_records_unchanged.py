@@ -29,9 +29,7 @@ def steady(text: str) -> str:
 
 
 @pytest.mark.parametrize("name", ["attribution-results", "triage-rows"])
-def test_score_lines_are_as_before(
-    cli: Callable[..., Run], tmp_path: Path, name: str
-) -> None:
+def test_score_lines_are_as_before(cli: Callable[..., Run], tmp_path: Path, name: str) -> None:
     """`score` of a shipped example under the example policy prints the lines main printed."""
     run = cli(
         "score",

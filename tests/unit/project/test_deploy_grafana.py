@@ -129,7 +129,9 @@ def test_review_rows_are_decided_rows_drawn_apart_from_failures() -> None:
         ("failing", 1),
         ("in review", 1),
     ]
-    assert [('status="fail"' in t["expr"], 'status="review"' in t["expr"]) for t in panel["targets"]] == [
+    assert [
+        ('status="fail"' in t["expr"], 'status="review"' in t["expr"]) for t in panel["targets"]
+    ] == [
         (True, False),
         (False, True),
     ]
