@@ -213,21 +213,9 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
         from worker.stores import open_store
 
         try:
-            policy = self.settings.load_policy()
+            self.settings.load_policy()
         except PolicyError as error:
             raise ConfigurationError(str(error)) from None
-        ended = window_warning(policy, self.settings.policy_file, datetime.now(UTC).date())
-        if ended is not None:  # logged once, at start-up (SPEC §12)
-            from worker.observability.logging import get_logger
-
-            assert policy is not None and policy.observe is not None
-            get_logger().warning(
-                "evidence_coverage.observation_window_ended",
-                message=ended.removeprefix("WARNING: "),
-                policy_version=policy.version,
-                previous_policy_version=policy.observe.rule.version,
-                until=policy.observe.until.isoformat(),
-            )
         heartbeat = self.settings.heartbeat_file
         if heartbeat is not None and (problem := health.directory_problem(heartbeat)):
             raise ConfigurationError(problem)
@@ -238,6 +226,28 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
             pass
         finally:
             store.close()
+
+    def log_ended_window(self) -> None:
+        """Log one warning when the policy's observation window ([observe], SPEC §12) has
+        ended: its decisions no longer carry the previous rule, and the file should go. A
+        policy that cannot be read is check_configuration()'s to report."""
+        from contracts import PolicyError
+        from worker.observability.logging import get_logger
+
+        try:
+            policy = self.settings.load_policy()
+        except PolicyError:
+            return
+        ended = window_warning(policy, self.settings.policy_file, datetime.now(UTC).date())
+        if ended is None or policy is None or policy.observe is None:
+            return
+        get_logger().warning(
+            "evidence_coverage.observation_window_ended",
+            message=ended.removeprefix("WARNING: "),
+            policy_version=policy.version,
+            previous_policy_version=policy.observe.rule.version,
+            until=policy.observe.until.isoformat(),
+        )
 
     def store_description(self) -> str:
         """The store as the start line names it (stores.describe_url()): a Redis Cluster

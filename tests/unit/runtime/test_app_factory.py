@@ -91,7 +91,7 @@ def test_connect_puts_each_handler_on_its_signal_once_however_often_it_is_called
     signals.connect(create_app(Settings()))
 
     assert receivers() == {
-        "celeryd_after_setup": ["banner_as_json_line"],
+        "celeryd_after_setup": ["banner_as_json_line", "warn_of_an_ended_window"],
         "celeryd_init": ["notices_as_json_lines"],
         "setup_logging": ["configure_logging"],
         "worker_init": [
