@@ -143,4 +143,4 @@ def test_nothing_is_connected_by_importing_the_runtime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
 
-    assert result.stdout == "0 13\n"
+    assert result.stdout == "0 14\n"
