@@ -95,7 +95,7 @@ class Observe(BaseModel):
             except ValueError:
                 pass
         shown = repr(value) if isinstance(value, str) else str(value)
-        raise ValueError(f"{shown} is not a date: write it as YYYY-MM-DD, e.g. \"2026-12-31\"")
+        raise ValueError(f'{shown} is not a date: write it as YYYY-MM-DD, e.g. "2026-12-31"')
 
 
 class Policy(BaseModel):
@@ -165,9 +165,7 @@ def parse_policy(
         raise PolicyError(f"{source} is not valid TOML: {error}") from None
     observe = data.pop("observe", None) if previous else data.get("observe")
     if observe is not None and not isinstance(observe, dict):
-        raise PolicyError(
-            f"{source}: observe: must be a table ([observe] with previous and until)"
-        )
+        raise PolicyError(f"{source}: observe: must be a table ([observe] with previous and until)")
     if isinstance(observe, dict) and not previous:
         data["observe"] = {**observe, "rule": _previous(observe, source, read_previous)}
     try:

@@ -150,9 +150,7 @@ def _owner(first: Attempt, judgement: Judgement | None) -> str:
     if judgement is None:
         recorded = f"; the worker recorded owner {first.owner}" if first.owner else ""
         return f"none until decided{recorded}"
-    if judgement.decision.status == "review":  # the band's: a person decides (SPEC §12)
-        return f"release-rule ({review_note(judgement.decision)})"
-    if judgement.decision.status != "fail":
+    if judgement.decision.status not in ("fail", "review"):
         return "none (the row passes)"
     owner = judgement.triage.owner
     if owner is None:  # judge_kept(): a failed row kept before findings were has none
@@ -166,8 +164,10 @@ def _owner(first: Attempt, judgement: Judgement | None) -> str:
 
 def _release_rule(judgement: Judgement) -> str:
     """The release rule's line names both thresholds: the one the row passed and the one it
-    fails, for the same value."""
+    fails, for the same value; or, for a row in review, its band (review_note())."""
     before, now = judgement.baseline, judgement.decision
+    if now.status == "review":  # the band's: a person decides (SPEC §12)
+        return f"release-rule ({review_note(now)})"
     assert before is not None  # judge_kept() names the release rule only with a baseline
     return (
         f"release-rule (the same value passed policy {before.policy_version}'s threshold"

@@ -52,9 +52,9 @@ def register(commands: Any) -> None:
             "status changed carries policy_change, and a row that fails only because the rule "
             "moved is owned by release-rule. While the policy's [observe] window is open, its "
             "previous policy is the baseline (--baseline-policy wins) and every row carries "
-            "previous_policy_version and previous_status. A row whose required claims differ from the "
-            "first row's of its contract version and case drifted (owner evaluation-data, "
-            "exit 2); with --store, the store's first set is that first row's.",
+            "previous_policy_version and previous_status. A row whose required claims differ "
+            "from the first row's of its contract version and case drifted (owner "
+            "evaluation-data, exit 2); with --store, the store's first set is that first row's.",
         ),
     )
     add_path(parser)
@@ -99,7 +99,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError(f"{source_name(args.path)} contains no rows")
     notes = []
     if observing:
-        assert baseline is not None and policy.observe is not None
+        assert baseline is not None
+        assert policy.observe is not None
         notes.append(
             f"{counted(changed, 'row')} changed status against previous policy"
             f" {baseline.version} (observation window until {policy.observe.until.isoformat()})"

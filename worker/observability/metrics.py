@@ -65,7 +65,9 @@ def known_message_labels() -> list[tuple[str, str, str]]:
         for owner in ("attribution", "retrieval", "product", "evaluation-data", "release-rule")
     ]
     labels += [
-        ("review", cache, owner) for cache in CACHES for owner in ("release-rule", "evaluation-data")
+        ("review", cache, owner)
+        for cache in CACHES
+        for owner in ("release-rule", "evaluation-data")
     ]
     labels += [("invalid", cache, "evaluation-data") for cache in (*CACHES, "none")]
     return labels
@@ -275,9 +277,7 @@ class Metrics:
                 self._count_regrade(record)
             previous = getattr(record, "previous_status", None)
             if previous is not None:
-                _child(
-                    self._previous_children, self.previous_rule, (previous, record.status)
-                ).inc()
+                _child(self._previous_children, self.previous_rule, (previous, record.status)).inc()
             published = published_at[position] if position < len(published_at) else None
             if published is not None and record.recorded_at is not None:
                 # Clocks of two hosts: a publisher ahead of the worker would give a negative

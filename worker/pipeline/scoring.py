@@ -213,9 +213,7 @@ def build_record(
         decision, found, before = judged.decision, judged.triage, judged.previous
     else:
         canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
-        decision, found, before = judge_first(
-            message, recorded.first, canonical, policy, previous
-        )
+        decision, found, before = judge_first(message, recorded.first, canonical, policy, previous)
     repeat = recorded.cache != "miss"
     trace_id, trace_warning = checked_trace_id(message.trace_id)
     owner = (
@@ -321,7 +319,9 @@ def process_many(
     of the same bodies' rejected ones) in the same call; each keeps its own hit/conflict."""
     now = clock()
     # An observation window is open or not by the UTC date of the batch's clock.
-    previous = None if policy is None or policy.observe is None else previous_rule(policy, now.date())
+    previous = (
+        None if policy is None or policy.observe is None else previous_rule(policy, now.date())
+    )
     judged = [judge(message, delivery, policy, previous) for message, delivery in items]
     recorded = store.record_many(
         [

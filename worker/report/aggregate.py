@@ -38,6 +38,7 @@ from worker.report.alerts import (
     locate_alerts,
     place_alerts,
 )
+from worker.report.calibration import Calibration, calibration
 from worker.report.days import (
     DEFAULT_TIME_FIELD,
     DayReport,
@@ -47,7 +48,6 @@ from worker.report.days import (
     span_of,
     utc_day,
 )
-from worker.report.calibration import Calibration, calibration
 from worker.report.graders import GraderReport, grader_reports
 from worker.report.reasons import ReasonCount, top_reasons
 

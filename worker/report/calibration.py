@@ -16,7 +16,8 @@ from worker.wording import counted, number
 
 STYLE = """
 table.review-rows td:nth-child(-n+2), table.review-rows th:nth-child(-n+2) { text-align: left; }
-table.status-changes td:nth-child(-n+3), table.status-changes th:nth-child(-n+3) { text-align: left; }
+table.status-changes td:nth-child(-n+3),
+table.status-changes th:nth-child(-n+3) { text-align: left; }
 """
 
 

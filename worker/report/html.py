@@ -15,14 +15,14 @@ from worker.report.aggregate import (
     VersionReport,
 )
 from worker.report.alerts import inspect_commands
+from worker.report.calibration import STYLE as CALIBRATION_STYLE
+from worker.report.calibration import calibration_html
 from worker.report.days import span_line
 from worker.report.days_html import STYLE as DAYS_STYLE
 from worker.report.days_html import days_section
 from worker.report.graders import STYLE as GRADERS_STYLE
 from worker.report.graders import graders_html
 from worker.report.html_table import table, td
-from worker.report.calibration import STYLE as CALIBRATION_STYLE
-from worker.report.calibration import calibration_html
 from worker.report.text import (
     COLUMNS,
     columns,

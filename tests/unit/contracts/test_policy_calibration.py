@@ -3,6 +3,7 @@ band's boundaries, the window before, on and after its last day (the clock injec
 
 from __future__ import annotations
 
+import math
 from datetime import date
 
 import pytest
@@ -90,12 +91,11 @@ def test_a_band_wider_than_the_threshold_is_refused() -> None:
     [
         (0.85, "pass"),  # exactly the threshold
         (0.9, "pass"),
-        (0.8499999999999999, "review"),  # the float just below the threshold
+        (math.nextafter(0.85, 0), "review"),  # the float just below the threshold
         (0.83, "review"),
-        (0.8200000000000001, "review"),  # the float just above the band's edge
-        (0.82, "fail"),  # exactly threshold - band
-        (41 / 50, "fail"),  # a value of 41 of 50 claims: 0.82 exactly as written
-        (0.8199999999999999, "fail"),
+        (math.nextafter(0.82, 1), "review"),  # the float just above the band's edge
+        (0.82, "fail"),  # exactly threshold - band: also 41 of 50 claims (41 / 50 == 0.82)
+        (math.nextafter(0.82, 0), "fail"),
         (0.0, "fail"),
     ],
 )
@@ -202,7 +202,8 @@ def test_until_may_be_a_toml_date() -> None:
     text = OBSERVED.replace('until = "2026-12-31"', "until = 2026-12-31")
     observe = parse_policy(text, read_previous=read).observe
 
-    assert observe is not None and observe.until == date(2026, 12, 31)
+    assert observe is not None
+    assert observe.until == date(2026, 12, 31)
 
 
 @pytest.mark.parametrize(
@@ -235,7 +236,7 @@ def test_until_may_be_a_toml_date() -> None:
 def test_a_bad_observe_table_is_one_line(table: str, error: str) -> None:
     """An unknown key, a bad or missing until, a missing or unreadable previous file: one
     line naming the key (exit 2 at start-up)."""
-    text = OBSERVED.split("[observe]")[0] + "[observe]\n" + table
+    text = OBSERVED.split("[observe]", maxsplit=1)[0] + "[observe]\n" + table
     with pytest.raises(PolicyError) as raised:
         parse_policy(text, read_previous=read)
 
