@@ -61,12 +61,18 @@ class PolicyGroup(BaseModel):
 
     @property
     def review_floor(self) -> float | None:
-        """The band's lower edge, threshold − review_band, as the decimal numbers the file
-        writes subtract (0.85 − 0.03 is 0.82, the float nearest 82/100), rounded once: a value
-        exactly there fails, as 0.82 = 41/50 does, never by a float subtraction's last digit."""
+        """The band's lower edge (band_floor()); None without a band."""
         if self.review_band is None:
             return None
-        return float(Decimal(repr(self.threshold)) - Decimal(repr(self.review_band)))
+        return band_floor(self.threshold, self.review_band)
+
+
+def band_floor(threshold: float, band: float) -> float:
+    """A review band's lower edge, threshold − band, as the decimal numbers a policy file
+    writes subtract (0.3 − 0.1 is 0.2, where floats say 0.19999999999999998), rounded once:
+    a value exactly there (1 of 5 claims) fails, never decided by a subtraction's last digit.
+    Exact for the values a file can hold: each float's repr is the decimal it was read from."""
+    return float(Decimal(repr(threshold)) - Decimal(repr(band)))
 
 
 class Observe(BaseModel):
@@ -268,7 +274,7 @@ def decide(
         threshold, band = group.threshold, group.review_band
         if value >= threshold:
             status = "pass"
-        elif band is not None and value > group.review_floor:  # type: ignore[operator]
+        elif band is not None and value > band_floor(threshold, band):
             status = "review"  # less than review_band below: a person decides (SPEC §12)
         else:
             status = "fail"

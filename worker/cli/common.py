@@ -138,6 +138,7 @@ def resolve_policy(
     from contracts import policy_from_threshold
     from worker.settings import read_policy_file, window_warning
 
+    policy: Policy | None
     if args.policy is not None:
         policy, path = read_policy_file(args.policy), args.policy
     elif args.min_coverage is not None:
