@@ -121,7 +121,7 @@ class Policy(BaseModel):
         blocking: bool,
         contract_version: str | None,
     ) -> Decision:
-        """Pass, fail or invalid for one outcome; the metric's range is not a threshold."""
+        """Pass, fail, review or invalid for one outcome; the metric's range is not a threshold."""
         return decide(
             outcome,
             self,
