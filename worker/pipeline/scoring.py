@@ -131,6 +131,9 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
     its lists are its own, as validation would copy them."""
     message, found, delivery = judged.message, judged.triage, judged.delivery
     grader, before = message.grader, judged.previous
+    previous_version = previous_status = None
+    if before is not None:  # an open observation window's (SPEC §12)
+        previous_version, previous_status = before.policy_version, before.status
     return trusted(
         Attempt,
         {
@@ -160,8 +163,8 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
             "policy_group": message.policy_group,
             "contract_drift": False,
             "owner": found.owner,
-            "previous_policy_version": None if before is None else before.policy_version,
-            "previous_status": None if before is None else before.status,
+            "previous_policy_version": previous_version,
+            "previous_status": previous_status,
             # The grader's names may hold one too (check_encodable lets it through: it is hashed).
             "grader_name": storable(grader.name),
             "grader_version": storable(grader.version),
@@ -215,6 +218,9 @@ def build_record(
         canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
         decision, found, before = judge_first(message, recorded.first, canonical, policy, previous)
     repeat = recorded.cache != "miss"
+    previous_version = previous_status = None
+    if before is not None:  # an open observation window's (SPEC §12)
+        previous_version, previous_status = before.policy_version, before.status
     trace_id, trace_warning = checked_trace_id(message.trace_id)
     owner = (
         row_owner(decision, found.findings, contract_drift=True, release_rule=False)
@@ -245,8 +251,8 @@ def build_record(
             "review_band": decision.review_band,
             "blocking": decision.blocking,
             "owner": owner,
-            "previous_policy_version": None if before is None else before.policy_version,
-            "previous_status": None if before is None else before.status,
+            "previous_policy_version": previous_version,
+            "previous_status": previous_status,
             "cache": recorded.cache,
             "missing_claim_ids": None
             if found.missing_claim_ids is None
