@@ -57,16 +57,6 @@ RECORDS: dict[str, ScoreRecord] = {
         owner="evaluation-data",
         cache=None,
     ),
-    "review": score_record(
-        value=0.83, status="review", owner="release-rule", threshold=0.85, review_band=0.03
-    ),
-    "observed": score_record(
-        status="fail",
-        owner="release-rule",
-        threshold=0.85,
-        previous_policy_version="2026-11-01",
-        previous_status="pass",
-    ),
     "non-ascii": score_record(case_id="reembolso-ñ-001 ✓", reason="falta «método»"),
     "lone surrogate": score_record(case_id="case-\udc80"),
 }
