@@ -7,7 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-Status = Literal["pass", "fail", "invalid", "scored"]
+# `review`: a valid value within its group's review_band below the threshold (SPEC §12):
+# neither pass nor fail until a person decides; a gate treats a blocking one as blocking.
+Status = Literal["pass", "fail", "invalid", "scored", "review"]
 # Who a row goes to (SPEC §9): invalid rows to evaluation data, a failed one by its findings.
 Owner = Literal["evaluation-data", "attribution", "retrieval", "product", "release-rule"]
 CacheOutcome = Literal["miss", "hit", "conflict"]
@@ -39,6 +41,9 @@ class Decision(BaseModel):
     threshold: float | None
     blocking: bool
     owner: Owner | None
+    # The group's review_band (SPEC §12), None when it sets none: with the threshold, what
+    # makes a `review` row one. Records and gate lines carry it only when set.
+    review_band: float | None = None
 
 
 def value_json(value: float | None) -> str:

@@ -29,6 +29,12 @@ def iso_utc(moment: datetime) -> str:
     return orjson.dumps(moment, option=_ISO_UTC)[1:-1].decode()
 
 
+def _absent(value: object) -> bool:
+    """A field that only some records have (SPEC §12's review band and observation window) is
+    left out when unset, not written as null: a record without them reads as it always did."""
+    return value is None
+
+
 class Record(BaseModel):
     """Base for stored and emitted records; unknown fields are rejected when read back."""
 
@@ -71,6 +77,10 @@ class Attempt(Record):
     policy_group: str | None = None  # the message's: `explain` decides the row under it
     contract_drift: bool = False
     owner: Owner | None = None
+    # An open observation window's previous rule (SPEC §12: `[observe]`): its version and this
+    # attempt's status under it. Absent (never null) outside a window.
+    previous_policy_version: str | None = Field(default=None, exclude_if=_absent)
+    previous_status: Status | None = Field(default=None, exclude_if=_absent)
     # Who graded (SPEC §10): the message's grader.name, .version and .model, what `stability`
     # counts by. None in attempts stored before they were kept.
     grader_name: str | None = None
@@ -215,8 +225,15 @@ class ScoreRecord(Record):
     policy_group: str | None
     policy_version: str | None
     threshold: float | None
+    # The group's review_band (SPEC §12): a value less than this below the threshold is
+    # `review`. Absent when the group sets none.
+    review_band: float | None = Field(default=None, exclude_if=_absent)
     blocking: bool | None
     owner: Owner | None
+    # The previous rule of an open observation window (SPEC §12, the policy's `[observe]`):
+    # its version and this row's status under it. Both absent outside a window.
+    previous_policy_version: str | None = Field(default=None, exclude_if=_absent)
+    previous_status: Status | None = Field(default=None, exclude_if=_absent)
     cache: CacheOutcome | None
     # SPEC §9: the missing IDs as a list (None for invalid rows), why each is missing.
     missing_claim_ids: list[str] | None = None

@@ -258,12 +258,34 @@ def row_owner(
         return "evaluation-data"
     if contract_drift:
         return "evaluation-data"
-    if release_rule:
+    if release_rule or decision.status == "review":  # review: the rule's band (SPEC §12)
         return "release-rule"
     if decision.status != "fail":
         return None  # passed, or report-only: the findings stay, nobody is paged
     named = {finding.owner for finding in findings}
     return next((owner for owner in OWNER_PRECEDENCE if owner in named), "product")
+
+
+# Where a `review` row sends its reader (SPEC §12): the rows around the threshold, decided by
+# people, are what settles it; the findings still say what is missing.
+REVIEW_NEXT_ARTIFACT: Final = "the calibration sheet (`evidence-worker calibrate`)"
+
+
+def review_note(decision: Decision) -> str | None:
+    """Why a `review` row is one, in the words `explain` and `gate` print; None for any other
+    status. The metric's reason stays as it is: this is the rule's word, not the metric's."""
+    if decision.status != "review" or decision.value is None:
+        return None
+    return (
+        f"review: value {_number(decision.value)} is below threshold"
+        f" {_number(decision.threshold)} by less than review_band"
+        f" {_number(decision.review_band)} (policy {decision.policy_version}, group"
+        f" {decision.policy_group}): a person decides; open {REVIEW_NEXT_ARTIFACT}"
+    )
+
+
+def _number(value: float | None) -> str:
+    return "none" if value is None else repr(round(value, 4))
 
 
 def _unique(documents: Iterable[str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
@@ -12,7 +13,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import Field, FilePath, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contracts import Policy, parse_policy, policy_from_threshold
+from contracts import Policy, PolicyError, parse_policy, policy_from_threshold
 from worker.constants import EMPTY_FILE_PROBLEM
 from worker.errors import ConfigurationError
 
@@ -462,7 +463,44 @@ def read_policy_file(path: Path) -> Policy:
             f"policy file {shown} is not UTF-8 text ({error.reason} at byte {error.start}): "
             "save it as UTF-8"
         ) from None
-    return parse_policy(text, source=f"policy file {shown}")
+    return parse_policy(
+        text,
+        source=f"policy file {shown}",
+        read_previous=lambda previous: _read_previous(path, previous),
+    )
+
+
+def window_warning(policy: Policy | None, path: Path | None, today: date) -> str | None:
+    """The WARNING of an observation window that ended before `today` (a UTC date), naming the
+    previous policy file to remove as found from the policy file `path` (SPEC §12); None
+    while it runs, and for a policy without one. Commands print it, the worker logs it."""
+    from contracts.policy import window_ended
+
+    if policy is None or policy.observe is None or path is None:
+        return None
+    previous = display_path(previous_policy_path(path, policy.observe.previous))
+    return window_ended(policy, today, previous_path=previous)
+
+
+def previous_policy_path(path: Path, previous: str) -> Path:
+    """The file an `[observe] previous` names: relative to the policy file that names it."""
+    return path.parent / previous
+
+
+def _read_previous(path: Path, previous: str) -> Policy:
+    """The previous policy of an observation window, as a PolicyError when it cannot be read
+    (parse_policy() says which key named it); its own [observe] is not followed."""
+    found = previous_policy_path(path, previous)
+    shown = display_path(found)
+    try:
+        text = found.read_text(encoding="utf-8")
+    except OSError as error:
+        raise PolicyError(f"cannot read {shown}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise PolicyError(
+            f"{shown} is not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
+    return parse_policy(text, source=f"policy file {shown}", previous=True)
 
 
 def display_path(path: str | Path) -> str:

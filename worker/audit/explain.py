@@ -14,7 +14,7 @@ from contracts import Attempt, Decision, Policy
 from contracts.drift import Drift
 from contracts.judging import Judgement, judge_kept
 from contracts.records import KeptCitation
-from contracts.triage import Finding, FindingName
+from contracts.triage import Finding, FindingName, review_note
 from worker.stores.base import History, classify
 
 NOT_KEPT: Final = "not kept by this store"
@@ -54,6 +54,7 @@ def explain(
     older: int = 0,
     baseline: Policy | None = None,
     drift: Drift | None = None,
+    observing: bool = False,
 ) -> str:
     """The trail from the number to the artifact and its owner, one fact per line.
 
@@ -62,7 +63,8 @@ def explain(
     (`--baseline-policy`): its status is said too, and a row that fails only because the
     rule moved is owned by the release rule. `drift`: the first attempt's contract drift,
     as its alert tells it (None when the row did not drift, or its alert is gone): the claims
-    it added are said to be the drift's, not the answer's.
+    it added are said to be the drift's, not the answer's. `observing`: `baseline` is the
+    previous rule of the policy's open observation window (SPEC §12), said as `previous:`.
     """
     first = history.first
     judgement = judgement_of(first, policy, baseline)
@@ -77,7 +79,11 @@ def explain(
         f"value: {'none (invalid)' if first.value is None else _number(first.value)}",
         f"reason: {first.reason}",
         f"status: {_status(first, decision, policy)}",
-        *([] if before is None else [f"baseline: {_status(first, before, baseline)}"]),
+        *(
+            []
+            if before is None
+            else [f"{'previous' if observing else 'baseline'}: {_status(first, before, baseline)}"]
+        ),
         f"owner: {_owner(first, judgement)}",
         *_drift(first, history.input_hash, drift),
         *_findings(first, decision, drift),
@@ -126,6 +132,8 @@ def _status(first: Attempt, decision: Decision | None, policy: Policy | None) ->
         return f"invalid {where}: {decision.reason}{assumed}"
     group = policy.groups[decision.policy_group]
     rule = "require_all" if group.require_all else f"threshold {_number(group.threshold)}"
+    if group.review_band is not None:
+        rule += f", review_band {_number(group.review_band)}"
     return f"{decision.status} {where}, group {decision.policy_group}, {rule}{assumed}"
 
 
@@ -142,7 +150,7 @@ def _owner(first: Attempt, judgement: Judgement | None) -> str:
     if judgement is None:
         recorded = f"; the worker recorded owner {first.owner}" if first.owner else ""
         return f"none until decided{recorded}"
-    if judgement.decision.status != "fail":
+    if judgement.decision.status not in ("fail", "review"):
         return "none (the row passes)"
     owner = judgement.triage.owner
     if owner is None:  # judge_kept(): a failed row kept before findings were has none
@@ -156,8 +164,10 @@ def _owner(first: Attempt, judgement: Judgement | None) -> str:
 
 def _release_rule(judgement: Judgement) -> str:
     """The release rule's line names both thresholds: the one the row passed and the one it
-    fails, for the same value."""
+    fails, for the same value; or, for a row in review, its band (review_note())."""
     before, now = judgement.baseline, judgement.decision
+    if now.status == "review":  # the band's: a person decides (SPEC §12)
+        return f"release-rule ({review_note(now)})"
     assert before is not None  # judge_kept() names the release rule only with a baseline
     return (
         f"release-rule (the same value passed policy {before.policy_version}'s threshold"

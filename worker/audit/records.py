@@ -51,11 +51,18 @@ FIELDS: Final = (
 )
 
 
-def row_of(input_hash: str, first: Attempt, policy: Policy | None) -> dict[str, Any]:
-    """The record row of one first outcome, decided under `policy` (None: report-only)."""
-    judgement = judge_kept(first, policy)
-    decision, found = judgement.decision, judgement.triage
-    return {
+def row_of(
+    input_hash: str, first: Attempt, policy: Policy | None, previous: Policy | None = None
+) -> dict[str, Any]:
+    """The record row of one first outcome, decided under `policy` (None: report-only).
+
+    `previous`: the previous rule of the policy's open observation window (SPEC §12): the row
+    is decided under it too, carries its version and status (previous_policy_version,
+    previous_status) and, failing now where it passed before, is the release rule's. Those
+    two fields, and review_band, are left out where unset, as on a record line."""
+    judgement = judge_kept(first, policy, baseline=previous)
+    decision, found, before = judgement.decision, judgement.triage, judgement.baseline
+    row = {
         "event": SCORED,
         "case_id": first.case_id,
         "input_hash": input_hash,
@@ -82,6 +89,12 @@ def row_of(input_hash: str, first: Attempt, policy: Policy | None) -> dict[str, 
         "task_id": first.task_id,
         "recorded_at": iso_utc(first.recorded_at),
     }
+    if decision.review_band is not None:
+        row["review_band"] = decision.review_band
+    if before is not None:
+        row["previous_policy_version"] = before.policy_version
+        row["previous_status"] = before.status
+    return row
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,7 @@ class RecordQuery:
     contract: str | None = None
     owner: Owner | None = None
     status: Status | None = None
+    previous_status: Status | None = None  # the observation window's previous rule's status
     finding: FindingName | None = None
     case_prefix: str | None = None
 
@@ -105,6 +119,8 @@ class RecordQuery:
         """The filters on what the policy decides: status, owner, and the findings."""
         if self.status is not None and row["status"] != self.status:
             return False
+        if self.previous_status is not None and row.get("previous_status") != self.previous_status:
+            return False
         if self.owner is not None and row["owner"] != self.owner:
             return False
         return self.finding is None or any(f["finding"] == self.finding for f in row["findings"])
@@ -116,6 +132,7 @@ class Selection:
 
     query: RecordQuery
     policy: Policy | None
+    previous: Policy | None = None  # an open observation window's previous rule
     read: int = 0
     selected: int = 0
 
@@ -124,7 +141,7 @@ class Selection:
             self.read += 1
             if not self.query.admits(first):
                 continue
-            row = row_of(input_hash, first, self.policy)
+            row = row_of(input_hash, first, self.policy, self.previous)
             if self.query.matches(row):
                 self.selected += 1
                 yield row

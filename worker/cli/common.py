@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -130,15 +131,36 @@ def add_store_option(parser: argparse.ArgumentParser) -> None:
 def resolve_policy(
     args: argparse.Namespace, settings: Settings, *, required: bool
 ) -> Policy | None:
-    """--policy, else --min-coverage, else the environment; gate requires one."""
-    from contracts import policy_from_threshold
-    from worker.settings import read_policy_file
+    """--policy, else --min-coverage, else the environment; gate requires one.
 
+    A policy file whose observation window ([observe], SPEC §12) has ended prints one WARNING
+    line on stderr naming the file to remove (window_warning())."""
+    from contracts import policy_from_threshold
+    from worker.settings import read_policy_file, window_warning
+
+    policy: Policy | None
     if args.policy is not None:
-        return read_policy_file(args.policy)
-    if args.min_coverage is not None:
+        policy, path = read_policy_file(args.policy), args.policy
+    elif args.min_coverage is not None:
         return policy_from_threshold(args.min_coverage, name="--min-coverage", origin="cli")
-    return settings.load_policy(required=required)
+    else:
+        policy, path = settings.load_policy(required=required), settings.policy_file
+    warning = window_warning(policy, path, utc_today())
+    if warning is not None:
+        print(warning, file=sys.stderr)
+    return policy
+
+
+def utc_today() -> date:
+    """Today's UTC date, the CLI's clock for a policy's observation window (tests replace it)."""
+    return datetime.now(UTC).date()
+
+
+def previous_rule_today(policy: Policy | None) -> Policy | None:
+    """The previous rule of the policy's observation window when it is open today (UTC)."""
+    from contracts.policy import previous_rule
+
+    return previous_rule(policy, utc_today())
 
 
 def store_url(args: argparse.Namespace, settings: Settings) -> str:
@@ -263,6 +285,13 @@ class Tally:
     drifted: int = 0  # rows with contract_drift, alerted now or before
     gating_failures: int = 0
     gating_invalid: int = 0
+    # Blocking rows in a group's review band (SPEC §12): not failures of the row, yet a person
+    # must decide them before a release, so they gate as a failure does (exit 1).
+    gating_review: int = 0
+    # An open observation window's previous policy version, when records carried one, and how
+    # many records' status differed from their previous_status.
+    previous_version: str | None = None
+    previous_changed: int = 0
     alerts_drift: bool = True  # False for `gate`: it sees drift in its input, alerts nothing
 
     def add(self, status: str, *, blocking: bool | None, cache: str | None = None) -> None:
@@ -272,6 +301,8 @@ class Tally:
         gates = blocking is not False  # unknown (unparsable row) counts as blocking
         self.gating_invalid += status == "invalid" and gates
         self.gating_failures += status == "fail" and gates
+        if status == "review" and gates:  # rare: no attribute write on every row
+            self.gating_review += 1
 
     @property
     def total(self) -> int:
@@ -284,7 +315,7 @@ class Tally:
             return NONDETERMINISM
         if self.gating_invalid or self.drifted:
             return INVALID
-        return POLICY_FAILURE if self.gating_failures else OK
+        return POLICY_FAILURE if self.gating_failures or self.gating_review else OK
 
     def summary(self, label: str, policy: Policy | None, *, notes: Sequence[str] = ()) -> str:
         statuses = ", ".join(f"{name} {n:,}" for name, n in sorted(self.statuses.items()))
@@ -298,7 +329,17 @@ class Tally:
         if self.drifted:
             alerted = f" ({counted(self.drift_alerts, 'new alert')})" if self.alerts_drift else ""
             parts.append(f"{counted(self.drifted, 'row')} with contract drift{alerted}")
+        if self.gating_review:
+            parts.append(
+                f"{counted(self.gating_review, 'blocking row')} to review (within a review_band:"
+                " a person decides; evidence-worker calibrate)"
+            )
         parts.append(f"policy {policy.version}" if policy else "report-only (no policy)")
+        if self.previous_version is not None:
+            parts.append(
+                f"{counted(self.previous_changed, 'row')} changed status against previous"
+                f" policy {self.previous_version} (observation window)"
+            )
         parts += notes
         parts.append(f"exit {self.exit_code}")
         return "; ".join(parts)

@@ -14,6 +14,7 @@ from worker.cli.common import (
     add_policy_options,
     describe,
     existing_store,
+    previous_rule_today,
     resolve_policy,
 )
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
@@ -52,13 +53,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     policy = resolve_policy(args, settings, required=False)
     baseline = None if args.baseline_policy is None else read_policy_file(args.baseline_policy)
+    # An open observation window's previous rule, unless --baseline-policy names one (SPEC §12).
+    observing = baseline is None and (baseline := previous_rule_today(policy)) is not None
     with existing_store(args, settings) as store:
         if args.case is not None and not store.hashes_for_case(args.case, limit=1):
             return _rejected(store, args.case)
         history, older = _look_up(store, args)
         drift = _drift_of(store, history) if history.first.contract_drift else None
     sys.stdout.write(
-        explain(history, policy, case_id=args.case, older=older, baseline=baseline, drift=drift)
+        explain(
+            history,
+            policy,
+            case_id=args.case,
+            older=older,
+            baseline=baseline,
+            drift=drift,
+            observing=observing,
+        )
     )
     first = history.first
     judgement = judgement_of(first, policy)
@@ -69,7 +80,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return INVALID
     if decision is not None and decision.status == "invalid":
         return INVALID
-    return POLICY_FAILURE if decision is not None and decision.status == "fail" else OK
+    failed = decision is not None and decision.status in ("fail", "review")
+    return POLICY_FAILURE if failed else OK
 
 
 def _rejected(store: ResultStore, case_id: str) -> int:

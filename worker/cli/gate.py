@@ -17,6 +17,7 @@ from worker.cli.common import (
     describe,
     dumps_line,
     existing_store,
+    previous_rule_today,
     resolve_policy,
     source_name,
 )
@@ -44,13 +45,16 @@ def register(commands: Any) -> None:
             details="Rows are ReleaseRows, or AttributionResults (a line with schema_version), "
             "which are triaged: missing claims, findings and the owner of each failure. "
             "One JSON line per row on stdout. Exit 0 when every blocking row passes, "
-            "1 when a valid blocking row is below policy, 2 when any blocking row is invalid. "
+            "1 when a valid blocking row is below policy or in its group's review band "
+            "(status review: a person decides), 2 when any blocking row is invalid. "
             "Non-blocking rows are reported and never change the exit code. Needs a policy. "
             "--baseline-policy decides each row under the previous policy too: a row whose "
             "status changed carries policy_change, and a row that fails only because the rule "
-            "moved is owned by release-rule. A row whose required claims differ from the "
-            "first row's of its contract version and case drifted (owner evaluation-data, "
-            "exit 2); with --store, the store's first set is that first row's.",
+            "moved is owned by release-rule. While the policy's [observe] window is open, its "
+            "previous policy is the baseline (--baseline-policy wins) and every row carries "
+            "previous_policy_version and previous_status. A row whose required claims differ "
+            "from the first row's of its contract version and case drifted (owner "
+            "evaluation-data, exit 2); with --store, the store's first set is that first row's.",
         ),
     )
     add_path(parser)
@@ -66,6 +70,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     policy = resolve_policy(args, settings, required=True)
     assert policy is not None  # required=True raises instead
     baseline = None if args.baseline_policy is None else read_policy_file(args.baseline_policy)
+    # An open observation window's previous rule is the baseline, unless --baseline-policy
+    # names one: the explicit option wins (and the rows then carry no previous_* fields).
+    observing = baseline is None and (baseline := previous_rule_today(policy)) is not None
     source = JsonLines(args.path)
     progress = over_input("gate", source)
     tally = Tally(alerts_drift=False)
@@ -80,6 +87,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 baseline=baseline,
                 max_bytes=settings.max_message_bytes,
                 firsts=firsts,
+                observing=observing,
             )
             print(dumps_line(row))
             tally.add(row["status"], blocking=row["blocking"])
@@ -90,7 +98,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no rows")
     notes = []
-    if baseline is not None:
+    if observing:
+        assert baseline is not None
+        assert policy.observe is not None
+        notes.append(
+            f"{counted(changed, 'row')} changed status against previous policy"
+            f" {baseline.version} (observation window until {policy.observe.until.isoformat()})"
+        )
+    elif baseline is not None:
         notes.append(
             f"{counted(changed, 'row')} changed status against baseline policy {baseline.version}"
         )
@@ -106,9 +121,12 @@ def gate_row(
     baseline: Policy | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     firsts: FirstSets | None = None,
+    observing: bool = False,
 ) -> dict[str, Any]:
     """One gate line: a triaged decision for a valid row, or an invalid row naming what is
-    wrong; with a baseline, the change of status it makes. `firsts`: the first required set
+    wrong; with a baseline, the change of status it makes. `observing`: the baseline is an
+    open observation window's previous rule, whose version and status every parsed row
+    carries (previous_policy_version, previous_status; SPEC §12). `firsts`: the first required set
     per (contract version, case ID) of the rows before it, which a row with another set
     drifted from, as the store would have it (SPEC §9: owner evaluation-data, exit 2)."""
     from contracts.judging import judge, outcome_of
@@ -127,6 +145,8 @@ def gate_row(
         row, policy, outcome=outcome, baseline=baseline, contract_drift=drift is not None
     )
     fields = decision.model_dump(mode="json")
+    if fields["review_band"] is None:  # only a group with a band says it (SPEC §12)
+        del fields["review_band"]
     line = {
         "line": number,
         "case_id": row.case_id,
@@ -137,6 +157,9 @@ def gate_row(
         "findings": findings_json(found.findings),
         "contract_drift": drift is not None,
     }
+    if observing and before is not None:
+        line["previous_policy_version"] = before.policy_version
+        line["previous_status"] = before.status
     if drift is not None:
         line["drift"] = drift.as_json()
     if before is not None and before.status != decision.status:

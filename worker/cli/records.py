@@ -17,6 +17,7 @@ from worker.cli.common import (
     dumps_line,
     existing_store,
     nonempty,
+    previous_rule_today,
     resolve_policy,
 )
 from worker.cli.exit_codes import OK
@@ -57,6 +58,12 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--status", choices=get_args(Status), help="only rows with this status (default: all)"
+    )
+    parser.add_argument(
+        "--previous-status",
+        choices=get_args(Status),
+        help="only rows with this status under the previous policy of the policy's open "
+        "observation window ([observe]); no row matches outside a window (default: all)",
     )
     parser.add_argument(
         "--finding",
@@ -110,10 +117,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             contract=args.contract,
             owner=args.owner,
             status=args.status,
+            previous_status=args.previous_status,
             finding=args.finding,
             case_prefix=args.case_prefix,
         ),
         policy,
+        previous=previous_rule_today(policy),
     )
     out = sys.stdout
     with existing_store(args, settings) as store:

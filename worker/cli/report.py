@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from worker.cli.common import (
     describe,
     existing_store,
     nonempty,
+    previous_rule_today,
     resolve_policy,
     source_name,
 )
@@ -23,6 +25,7 @@ from worker.report.days import DEFAULT_TIME_FIELD, TIME_FIELDS
 from worker.settings import Settings, display_path
 
 if TYPE_CHECKING:
+    from contracts import Policy
     from worker.report.aggregate import Report
 
 
@@ -102,7 +105,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 "rows were decided when they were written"
             )
         source = source_name(args.path)
-        report = build_report(JsonLines(args.path), source=source, time_field=args.days_from)
+        report = build_report(
+            JsonLines(args.path),
+            source=source,
+            time_field=args.days_from,
+            windows=_file_windows(settings),
+        )
     else:
         source, report = _store_report(args, settings)
     if report.records == 0:
@@ -135,10 +143,41 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
     policy = resolve_policy(args, settings, required=False)
     with existing_store(args, settings) as store:
         source = describe_store(store, args.store)
-        rows = Selection(RecordQuery(), policy).rows(store.first_outcomes_by_time())
+        rows = Selection(RecordQuery(), policy, previous_rule_today(policy)).rows(
+            store.first_outcomes_by_time()
+        )
         # alerts() reads the newest `limit`: all that are kept, oldest first.
         alerts = store.alerts(limit=max(store.alert_count(), 1))
-        report = build_report(report_lines(rows, alerts), source=source, time_field=args.days_from)
+        report = build_report(
+            report_lines(rows, alerts),
+            source=source,
+            time_field=args.days_from,
+            windows=windows_of(policy),
+        )
         # The rows are first outcomes only: the store's histories say what was re-graded.
         stability = store_stability(store)
     return source, report.model_copy(update={"graders": grader_reports(stability.rows)})
+
+
+def windows_of(policy: Policy | None) -> dict[str, date]:
+    """The observation window a policy names, as the Calibration section knows windows: its
+    last day by its previous policy's version (SPEC §12)."""
+    if policy is None or policy.observe is None:
+        return {}
+    return {policy.observe.rule.version: policy.observe.until}
+
+
+def _file_windows(settings: Settings) -> dict[str, date]:
+    """A record file's rows were decided when written, and do not carry a window's end: the
+    configured policy file (EVIDENCE_POLICY_FILE), when it reads, says it. One that does not
+    read changes nothing here: the report does not decide rows."""
+    from contracts import PolicyError
+    from worker.errors import ConfigurationError
+    from worker.settings import read_policy_file
+
+    if settings.policy_file is None:
+        return {}
+    try:
+        return windows_of(read_policy_file(settings.policy_file))
+    except (PolicyError, ConfigurationError):
+        return {}

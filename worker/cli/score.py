@@ -118,4 +118,7 @@ def score_lines(
             tally.alerts += result.alert is not None
             tally.drift_alerts += result.drift is not None
             tally.drifted += record.contract_drift
+            if record.previous_status is not None:  # an open observation window (SPEC §12)
+                tally.previous_version = record.previous_policy_version
+                tally.previous_changed += record.previous_status != record.status
         progress.tick(len(chunk))

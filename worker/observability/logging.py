@@ -245,6 +245,12 @@ def record_fields(record: ScoreRecord) -> dict[str, Any]:
     # its JSON dump, without model_dump's walk.
     fields = record.__dict__.copy()
     del fields["event"]
+    # The review band's and the observation window's fields are left out where unset, as
+    # ScoreRecord dumps them (SPEC §12): a record without them is spelled as it always was.
+    if fields["review_band"] is None:
+        del fields["review_band"]
+    if fields["previous_status"] is None:
+        del fields["previous_policy_version"], fields["previous_status"]
     if record.findings:  # the one field of models: dumped in one call, not one per finding
         fields["findings"] = findings_json(record.findings)
     if record.recorded_at is not None:  # ISO 8601 UTC text, as `timestamp` is written

@@ -47,10 +47,12 @@ NO_LABEL = "none"  # the label value for a record field that is null (no owner, 
 
 def known_message_labels() -> list[tuple[str, str, str]]:
     """Every (status, cache, owner) a worker's record can carry (SPEC §9's owners: a valid row
-    that does not fail has none, unless contract drift gave it to evaluation data; release-rule
-    is the gate's alone, the worker has no baseline policy; a rejected message has no cache).
-    Each is exported at 0 from a pool process's start, so that increase() and rate() see the
-    first message of each kind instead of a series that appears already at 1."""
+    that does not fail has none, unless contract drift gave it to evaluation data; a failed
+    row is release-rule's when an observation window's previous rule passed it; a review row,
+    within its group's review_band (SPEC §12), is release-rule's unless its contract drifted;
+    a rejected message has no cache). Each is exported at 0 from a pool process's start, so
+    that increase() and rate() see the first message of each kind instead of a series that
+    appears already at 1."""
     labels = [
         (status, cache, owner)
         for status in ("pass", "scored")
@@ -60,7 +62,12 @@ def known_message_labels() -> list[tuple[str, str, str]]:
     labels += [
         ("fail", cache, owner)
         for cache in CACHES
-        for owner in ("attribution", "retrieval", "product", "evaluation-data")
+        for owner in ("attribution", "retrieval", "product", "evaluation-data", "release-rule")
+    ]
+    labels += [
+        ("review", cache, owner)
+        for cache in CACHES
+        for owner in ("release-rule", "evaluation-data")
     ]
     labels += [("invalid", cache, "evaluation-data") for cache in (*CACHES, "none")]
     return labels
@@ -166,6 +173,15 @@ class Metrics:
             grader_labels,
         )
         self._graders: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        # An observation window (SPEC §12): each record decided under the previous rule too,
+        # by its status then and now; a series appears with a window's first record.
+        self.previous_rule = Counter(
+            "evidence_coverage_previous_rule_decisions",
+            "Records decided under an observation window's previous policy too, by the status "
+            "it gave (previous_status) and the status now",
+            ["previous_status", "status"],
+        )
+        self._previous_children: dict[tuple[str, ...], Any] = {}
         # Each labelled series' child, by its label values in the metric's label order: what
         # labels() returns, without its lock and its keyword handling on every record.
         self._message_children: dict[tuple[str, ...], Any] = {}
@@ -259,6 +275,9 @@ class Metrics:
                 _child(self._threshold_children, self.threshold, (group,)).set(record.threshold)
             if record.grader_name is not None:
                 self._count_regrade(record)
+            previous = getattr(record, "previous_status", None)
+            if previous is not None:
+                _child(self._previous_children, self.previous_rule, (previous, record.status)).inc()
             published = published_at[position] if position < len(published_at) else None
             if published is not None and record.recorded_at is not None:
                 # Clocks of two hosts: a publisher ahead of the worker would give a negative

@@ -25,7 +25,7 @@ from contracts import (
     input_hash,
     judging,
 )
-from contracts.policy import INVALID_OWNER
+from contracts.policy import INVALID_OWNER, previous_rule
 from contracts.records import REJECTED, SCORED, ContractDriftAlert, KeptCitation
 from contracts.trace_ids import checked_trace_id
 from contracts.triage import Triage, row_owner
@@ -91,12 +91,20 @@ class Judged(NamedTuple):
     outcome: Outcome
     decision: Decision
     triage: Triage
+    previous: Decision | None = None  # under an open observation window's previous rule
 
 
-def judge(message: AttributionResult, delivery: Delivery, policy: Policy | None) -> Judged:
-    """Hash a message, and score, decide and triage it (contracts.judging)."""
-    outcome, decision, found, _ = judging.judge(message, policy)
-    return Judged(message, delivery, input_hash(message), outcome, decision, found)
+def judge(
+    message: AttributionResult,
+    delivery: Delivery,
+    policy: Policy | None,
+    previous: Policy | None = None,
+) -> Judged:
+    """Hash a message, and score, decide and triage it (contracts.judging); `previous`: an
+    open observation window's previous rule (contracts.policy.previous_rule()), decided
+    beside it as `gate --baseline-policy` decides its baseline."""
+    outcome, decision, found, before = judging.judge(message, policy, baseline=previous)
+    return Judged(message, delivery, input_hash(message), outcome, decision, found, before)
 
 
 def kept_citations(message: AttributionResult, excerpt_chars: int | None) -> list[KeptCitation]:
@@ -122,7 +130,10 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
     validating again what the message, the metric and triage have made (contracts.trusted);
     its lists are its own, as validation would copy them."""
     message, found, delivery = judged.message, judged.triage, judged.delivery
-    grader = message.grader
+    grader, before = message.grader, judged.previous
+    previous_version = previous_status = None
+    if before is not None:  # an open observation window's (SPEC §12)
+        previous_version, previous_status = before.policy_version, before.status
     return trusted(
         Attempt,
         {
@@ -152,6 +163,8 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
             "policy_group": message.policy_group,
             "contract_drift": False,
             "owner": found.owner,
+            "previous_policy_version": previous_version,
+            "previous_status": previous_status,
             # The grader's names may hold one too (check_encodable lets it through: it is hashed).
             "grader_name": storable(grader.name),
             "grader_version": storable(grader.version),
@@ -165,19 +178,23 @@ def make_attempt(judged: Judged, *, now: datetime, excerpt_chars: int | None = N
 
 
 def judge_first(
-    message: AttributionResult, first: Attempt, outcome: Outcome, policy: Policy | None
-) -> tuple[Decision, Triage]:
+    message: AttributionResult,
+    first: Attempt,
+    outcome: Outcome,
+    policy: Policy | None,
+    previous: Policy | None = None,
+) -> tuple[Decision, Triage, Decision | None]:
     """The decision on a hash's first `outcome` and the triage of its first attempt: its
     supported set and citations over the message's hashed inputs (the same answer, contexts
     and expected evidence). An attempt kept before citations were has none to give: the
-    message's stand in."""
+    message's stand in. The third: the decision under `previous` (an observation window's)."""
     update: dict[str, object] = {"supported_claim_ids": first.supported_claim_ids}
     if first.citations is not None:
         update["citations"] = first.citations
-    _, decision, found, _ = judging.judge(
-        message.model_copy(update=update), policy, outcome=outcome
+    _, decision, found, before = judging.judge(
+        message.model_copy(update=update), policy, outcome=outcome, baseline=previous
     )
-    return decision, found
+    return decision, found, before
 
 
 def build_record(
@@ -187,17 +204,23 @@ def build_record(
     observed: Outcome,
     policy: Policy | None,
     now: datetime,
+    previous: Policy | None = None,
 ) -> ScoreRecord:
     """The scored record: the first (canonical) outcome decides; this attempt's is `observed_*`.
-    `now` is when the store recorded it (the time its attempt carries)."""
+    `now` is when the store recorded it (the time its attempt carries). `previous`: the open
+    observation window's previous rule judged was given (its decision is the record's
+    previous_status)."""
     message, delivery, grader = judged.message, judged.delivery, judged.message.grader
     # A miss is the first; a hit agrees with it by definition: only a conflict needs the first.
     if recorded.cache != "conflict" and (observed is judged.outcome or observed == judged.outcome):
-        decision, found = judged.decision, judged.triage
+        decision, found, before = judged.decision, judged.triage, judged.previous
     else:
         canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
-        decision, found = judge_first(message, recorded.first, canonical, policy)
+        decision, found, before = judge_first(message, recorded.first, canonical, policy, previous)
     repeat = recorded.cache != "miss"
+    previous_version = previous_status = None
+    if before is not None:  # an open observation window's (SPEC §12)
+        previous_version, previous_status = before.policy_version, before.status
     trace_id, trace_warning = checked_trace_id(message.trace_id)
     owner = (
         row_owner(decision, found.findings, contract_drift=True, release_rule=False)
@@ -225,8 +248,11 @@ def build_record(
             "policy_group": decision.policy_group,
             "policy_version": decision.policy_version,
             "threshold": decision.threshold,
+            "review_band": decision.review_band,
             "blocking": decision.blocking,
             "owner": owner,
+            "previous_policy_version": previous_version,
+            "previous_status": previous_status,
             "cache": recorded.cache,
             "missing_claim_ids": None
             if found.missing_claim_ids is None
@@ -298,7 +324,11 @@ def process_many(
     """Score messages and record them in one store call, after `letters` (the dead letters
     of the same bodies' rejected ones) in the same call; each keeps its own hit/conflict."""
     now = clock()
-    judged = [judge(message, delivery, policy) for message, delivery in items]
+    # An observation window is open or not by the UTC date of the batch's clock.
+    previous = (
+        None if policy is None or policy.observe is None else previous_rule(policy, now.date())
+    )
+    judged = [judge(message, delivery, policy, previous) for message, delivery in items]
     recorded = store.record_many(
         [
             (one.input_hash, make_attempt(one, now=now, excerpt_chars=excerpt_chars))
@@ -316,6 +346,7 @@ def process_many(
                 observed=original_outcome(result) if result.replayed else one.outcome,
                 policy=policy,
                 now=now,
+                previous=previous,
             ),
             alert=result.alert,
             replayed=result.replayed,

@@ -17,7 +17,7 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Literal
@@ -38,6 +38,7 @@ from worker.report.alerts import (
     locate_alerts,
     place_alerts,
 )
+from worker.report.calibration import Calibration, calibration
 from worker.report.days import (
     DEFAULT_TIME_FIELD,
     DayReport,
@@ -54,8 +55,11 @@ REJECTED_LABEL = "(rejected before scoring)"
 NO_GROUP_LABEL = "(no group)"
 REPORT_ONLY_LABEL = "(none: report-only)"
 STATUSES: tuple[Status, ...] = ("pass", "fail", "invalid", "scored")
+# A group's `review` count (SPEC §12) is listed only when it has review rows: a report of
+# records without a review band reads as it always did.
+REVIEW: Status = "review"
 CACHE_OUTCOMES: tuple[CacheOutcome, ...] = ("miss", "hit", "conflict")
-VALID_STATUSES = frozenset({"pass", "fail", "scored"})
+VALID_STATUSES = frozenset({"pass", "fail", "scored", REVIEW})
 BINS = 10
 TOP_MISSING_CLAIMS = 5
 MAX_UNREADABLE_SHOWN = 20
@@ -119,6 +123,11 @@ class ReportedRecord(BaseModel):
     grader_model: str | None = None
     observed_value: float | None = None
     observed_reason: str | None = None
+    # SPEC §12: the group's review band, and an open observation window's previous rule's
+    # version and status; absent from records without them (the Calibration section).
+    review_band: float | None = None
+    previous_policy_version: str | None = None
+    previous_status: Status | None = None
 
     def day(self, field: TimeField) -> date | None:
         """The UTC day of this record's `field` time; None when it has none."""
@@ -271,6 +280,9 @@ class Report(ReportModel):
     span: Span
     # Per grader, least stable first (SPEC §10; worker/report/graders.py).
     graders: list[GraderReport] = Field(default_factory=list)
+    # Review rows and observation windows (SPEC §12; worker/report/calibration.py): absent,
+    # not null, when no record has either.
+    calibration: Calibration | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 def parse_line(body: bytes) -> ReportedRecord | OtherLine:
@@ -300,11 +312,16 @@ def parse_line(body: bytes) -> ReportedRecord | OtherLine:
 
 
 def build_report(
-    lines: Iterable[tuple[int, bytes]], *, source: str, time_field: TimeField = DEFAULT_TIME_FIELD
+    lines: Iterable[tuple[int, bytes]],
+    *,
+    source: str,
+    time_field: TimeField = DEFAULT_TIME_FIELD,
+    windows: Mapping[str, date] | None = None,
 ) -> Report:
     """Read numbered lines (as `read_jsonl` yields them) into a report; never raises on a line.
 
-    `time_field` is the record time that puts records on days."""
+    `time_field` is the record time that puts records on days. `windows`: the last day of
+    each observation window known to the caller, by its previous policy version."""
     records: list[ReportedRecord] = []
     skipped: Counter[str] = Counter()
     log_lines = 0
@@ -348,6 +365,7 @@ def build_report(
         alert_hashes_not_shown=max(len(hashes) - MAX_ALERT_HASHES_SHOWN, 0),
         span=span,
         graders=grader_reports(stability(records).rows()),
+        calibration=calibration(records, windows),
     )
 
 
@@ -453,7 +471,8 @@ def summarize_group(
         contract_version=contract_version,
         policy_group=policy_group,
         records=len(records),
-        statuses={status: statuses[status] for status in STATUSES},
+        statuses={status: statuses[status] for status in STATUSES}
+        | ({REVIEW: statuses[REVIEW]} if statuses[REVIEW] else {}),
         cache={outcome: cache[outcome] for outcome in CACHE_OUTCOMES},
         valid=value_stats([v for r in records if (v := r.valid_value) is not None]),
         invalid=InvalidSummary(

@@ -15,6 +15,8 @@ from worker.report.aggregate import (
     VersionReport,
 )
 from worker.report.alerts import inspect_commands
+from worker.report.calibration import STYLE as CALIBRATION_STYLE
+from worker.report.calibration import calibration_html
 from worker.report.days import span_line
 from worker.report.days_html import STYLE as DAYS_STYLE
 from worker.report.days_html import days_section
@@ -23,6 +25,7 @@ from worker.report.graders import graders_html
 from worker.report.html_table import table, td
 from worker.report.text import (
     COLUMNS,
+    columns,
     finding_label,
     group_label,
     group_row,
@@ -73,6 +76,7 @@ ul.invalid-reasons ul { margin: 0.1rem 0 0.3rem; color: #555; }
     + DAYS_STYLE
     + GRADERS_STYLE
 )
+# Only a page with a Calibration section carries its style: others stay as they were.
 
 
 def render_html(report: Report) -> str:
@@ -85,6 +89,7 @@ def render_html(report: Report) -> str:
         *_unreadable(report),
         *alert_hashes(report),
         *graders_html(report.graders),
+        *calibration_html(report.calibration),
         *(part for version in report.contract_versions for part in _version(version, report)),
     ]
     return "\n".join(
@@ -93,7 +98,7 @@ def render_html(report: Report) -> str:
             '<html lang="en">',
             '<head><meta charset="utf-8">',
             f"<title>{escape(title)}</title>",
-            f"<style>{STYLE}</style>",
+            f"<style>{STYLE}{CALIBRATION_STYLE if report.calibration else ''}</style>",
             "</head>",
             "<body>",
             *body,
@@ -309,9 +314,13 @@ def histogram_svg(version: VersionReport) -> str:
 
 
 def _group_table(groups: list[GroupReport]) -> list[str]:
-    header = "".join(f"<th>{escape(column)}</th>" for column in COLUMNS)
+    shown = columns(groups)
+    review = len(shown) > len(COLUMNS)
+    header = "".join(f"<th>{escape(column)}</th>" for column in shown)
     rows = [
-        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in group_row(group)) + "</tr>"
+        "<tr>"
+        + "".join(f"<td>{escape(cell)}</td>" for cell in group_row(group, review=review))
+        + "</tr>"
         for group in groups
     ]
     return [

@@ -3,10 +3,13 @@ labels and notes the HTML page (worker/report/html.py) shows as well."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from worker.report.aggregate import (
     CACHE_OUTCOMES,
     NO_GROUP_LABEL,
     REPORT_ONLY_LABEL,
+    REVIEW,
     SPARSE_WARNING,
     GroupReport,
     MissingClaim,
@@ -14,6 +17,7 @@ from worker.report.aggregate import (
     VersionReport,
 )
 from worker.report.alerts import alert_hash_lines
+from worker.report.calibration import calibration_text
 from worker.report.days import days_text, span_line
 from worker.report.graders import graders_text
 from worker.report.reasons import reason_note
@@ -35,11 +39,21 @@ def threshold_label(threshold: float) -> str:
 
 COLUMNS: tuple[str, ...] = ("group", "rows", "pass", "fail", "scored", "invalid", "valid")
 COLUMNS += ("mean", "min", "max", "miss", "hit", "conflict", "policy")
+STATUS_COLUMNS: tuple[str, ...] = ("pass", "fail", "scored", "invalid")
 
 
-def group_row(group: GroupReport) -> list[str]:
-    """One group as table cells under COLUMNS (shared by the text and HTML renderings)."""
-    counts = [group.records, *(group.statuses[s] for s in ("pass", "fail", "scored", "invalid"))]
+def columns(groups: Sequence[GroupReport]) -> list[str]:
+    """COLUMNS, with `review` after `fail` when a group has review rows (SPEC §12)."""
+    if not any(REVIEW in group.statuses for group in groups):
+        return list(COLUMNS)
+    return [*COLUMNS[:4], REVIEW, *COLUMNS[4:]]
+
+
+def group_row(group: GroupReport, *, review: bool = False) -> list[str]:
+    """One group as table cells under COLUMNS (shared by the text and HTML renderings), with
+    its review count after fail when `review` (columns() added the column)."""
+    shown = ("pass", "fail", REVIEW, "scored", "invalid") if review else STATUS_COLUMNS
+    counts = [group.records, *(group.statuses.get(s, 0) for s in shown)]
     stats = group.valid
     return [
         group_label(group.policy_group),
@@ -160,8 +174,10 @@ def render_text(report: Report) -> str:
         out.append(f"unreadable lines not shown: {hidden}")
     for version in report.contract_versions:
         out += ["", version_line(version)]
-        rows = [list(COLUMNS), *(group_row(group) for group in version.groups)]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+        header = columns(version.groups)
+        review = REVIEW in header
+        rows = [header, *(group_row(group, review=review) for group in version.groups)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         out += [
             "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
         ]
@@ -171,4 +187,5 @@ def render_text(report: Report) -> str:
     if report.alert_hashes:
         out += ["", *alert_hash_lines(report.alert_hashes, report.alert_hashes_not_shown)]
     out += graders_text(report.graders)
+    out += calibration_text(report.calibration)
     return "\n".join(out)

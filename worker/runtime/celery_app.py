@@ -15,6 +15,7 @@ through it.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -23,7 +24,7 @@ from worker.constants import RECONCILE
 from worker.errors import ConfigurationError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.runtime import health
-from worker.settings import Settings
+from worker.settings import Settings, window_warning
 
 if TYPE_CHECKING:
     from worker.pipeline.service import Service
@@ -225,6 +226,28 @@ class EvidenceApp(Celery):  # type: ignore[misc]  # celery has no type hints
             pass
         finally:
             store.close()
+
+    def log_ended_window(self) -> None:
+        """Log one warning when the policy's observation window ([observe], SPEC §12) has
+        ended: its decisions no longer carry the previous rule, and the file should go. A
+        policy that cannot be read is check_configuration()'s to report."""
+        from contracts import PolicyError
+        from worker.observability.logging import get_logger
+
+        try:
+            policy = self.settings.load_policy()
+        except PolicyError:
+            return
+        ended = window_warning(policy, self.settings.policy_file, datetime.now(UTC).date())
+        if ended is None or policy is None or policy.observe is None:
+            return
+        get_logger().warning(
+            "evidence_coverage.observation_window_ended",
+            message=ended.removeprefix("WARNING: "),
+            policy_version=policy.version,
+            previous_policy_version=policy.observe.rule.version,
+            until=policy.observe.until.isoformat(),
+        )
 
     def store_description(self) -> str:
         """The store as the start line names it (stores.describe_url()): a Redis Cluster

@@ -79,6 +79,7 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
         (signals.setup_logging, configure_logging),
         (signals.celeryd_init, notices_as_json_lines),
         (signals.celeryd_after_setup, banner_as_json_line),
+        (signals.celeryd_after_setup, warn_of_an_ended_window),
         (signals.worker_init, refuse_unusable_configuration),
         (signals.worker_init, decode_json_with_orjson),
         (signals.worker_init, serve_metrics),
@@ -199,6 +200,12 @@ def banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
         concurrency=instance.concurrency,
         pool="prefork" if forks_pool_processes(pool) else pool.__module__.rsplit(".", 1)[-1],
     )
+
+
+def warn_of_an_ended_window(instance: Any, **_: Any) -> None:
+    """One warning at start-up, once logging is configured, when the policy's observation
+    window has ended (SPEC §12): decisions no longer carry its previous rule."""
+    instance.app.log_ended_window()
 
 
 def start_telemetry_in_pool_process(**_: Any) -> None:

@@ -63,6 +63,8 @@ SHARED_FIELDS: Final = (
     "grader_model",
     "answer_length",
     "expected_evidence",
+    "previous_policy_version",
+    "previous_status",
 )
 
 
@@ -153,6 +155,9 @@ def _shared_head_fields(attempt: Attempt) -> dict[str, object]:
         fields["grader_model"] = attempt.grader_model
     if attempt.expected_evidence is not None:
         fields["expected_evidence"] = attempt.expected_evidence
+    if attempt.previous_status is not None:  # an observation window's (SPEC §12), set together
+        fields["previous_policy_version"] = attempt.previous_policy_version
+        fields["previous_status"] = attempt.previous_status
     return fields
 
 
@@ -205,6 +210,9 @@ def _shared_head_spelled(attempt: Attempt) -> str:
             for claim, documents in attempt.expected_evidence.items()
         )
         parts.append(f'"expected_evidence":{{{expected}}}')
+    if attempt.previous_status is not None:
+        parts.append(f'"previous_policy_version":{_text_json(attempt.previous_policy_version)}')
+        parts.append(f'"previous_status":{_text_json(attempt.previous_status)}')
     return ",".join(parts)
 
 
@@ -257,6 +265,8 @@ def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
         and first.grader_model == attempt.grader_model
         and first.answer_length == attempt.answer_length
         and first.expected_evidence == attempt.expected_evidence
+        and first.previous_status == attempt.previous_status
+        and first.previous_policy_version == attempt.previous_policy_version
     )
 
 

@@ -115,5 +115,33 @@ def test_the_dashboard_names_only_metrics_the_worker_exports() -> None:
         "evidence_coverage_store_unavailable",
         "evidence_coverage_regrades_total",
         "evidence_coverage_flips_total",
+        "evidence_coverage_previous_rule_decisions_total",
     ):
         assert wanted in named, wanted
+
+
+def test_review_rows_are_decided_rows_drawn_apart_from_failures() -> None:
+    """The decided-rows panel counts `review` (SPEC §12) in its denominator and draws its
+    share as a series of its own, never inside the failing share."""
+    (panel,) = [p for p in dashboard()["panels"] if p["id"] == 3]
+    decided = 'status=~"pass|fail|review"'
+    assert [(t["legendFormat"], t["expr"].count(decided)) for t in panel["targets"]] == [
+        ("failing", 1),
+        ("in review", 1),
+    ]
+    assert [
+        ('status="fail"' in t["expr"], 'status="review"' in t["expr"]) for t in panel["targets"]
+    ] == [
+        (True, False),
+        (False, True),
+    ]
+
+
+def test_the_previous_rule_panel_splits_by_both_statuses() -> None:
+    """The observation window's panel shows each (previous_status, status) as its own series."""
+    (panel,) = [p for p in dashboard()["panels"] if p["id"] == 19]
+    (target,) = panel["targets"]
+    assert target["expr"] == (
+        "sum by (previous_status, status) "
+        "(rate(evidence_coverage_previous_rule_decisions_total[$__rate_interval]))"
+    )

@@ -91,7 +91,7 @@ def test_connect_puts_each_handler_on_its_signal_once_however_often_it_is_called
     signals.connect(create_app(Settings()))
 
     assert receivers() == {
-        "celeryd_after_setup": ["banner_as_json_line"],
+        "celeryd_after_setup": ["banner_as_json_line", "warn_of_an_ended_window"],
         "celeryd_init": ["notices_as_json_lines"],
         "setup_logging": ["configure_logging"],
         "worker_init": [
@@ -143,4 +143,4 @@ def test_nothing_is_connected_by_importing_the_runtime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
 
-    assert result.stdout == "0 13\n"
+    assert result.stdout == "0 14\n"
