@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,12 @@ STORE = "--store sqlite:///evidence-coverage.sqlite3"
 SHEETS = (
     "contracts/examples/calibration-reviewer-a.csv contracts/examples/calibration-reviewer-b.csv"
 )
-# Every command of the page and its exit code, in order.
-WALK = [
+SWITCH = "--policy contracts/examples/policy-switch.toml"
+# Checkpoint 5's observation window ends on 2026-12-31: its commands run on the dates the page
+# names (the CLI's clock, worker.cli.common.utc_today, set in the process that runs them).
+OPEN, ENDED = date(2026, 12, 7), date(2027, 1, 4)
+# Every command of the page and its exit code (and the day it runs on, for the window), in order.
+WALK: list[tuple[str, int] | tuple[str, int, date]] = [
     (f"evidence-worker compare contracts/examples/attribution-results.jsonl {LEGACY} {POLICY}", 1),
     (f"evidence-worker score contracts/examples/attribution-results.jsonl {POLICY}", 3),
     (f"evidence-worker compare {STORE} {LEGACY} {POLICY}", 1),
@@ -40,8 +45,19 @@ WALK = [
         0,
     ),
     (f"evidence-worker calibrate --decisions {SHEETS}", 1),
+    (f"evidence-worker gate contracts/examples/triage-rows.jsonl {SWITCH}", 2, OPEN),
+    (f"evidence-worker explain --case threshold-moved-109 {SWITCH}", 1, OPEN),
+    (f"evidence-worker gate contracts/examples/triage-rows.jsonl {SWITCH}", 2, ENDED),
 ]
+# Runs the CLI as the console script does, on a given day (-P: the directory, which holds a
+# contracts/ of examples, does not shadow the package).
+ON_DAY = (
+    "import datetime, sys; import worker.cli.common as common; "
+    "day = datetime.date.fromisoformat(sys.argv.pop(1)); common.utc_today = lambda: day; "
+    "sys.argv[0] = 'evidence-worker'; from worker.entrypoint import run; run()"
+)
 BLOCK = re.compile(r"```(sh|text|csv)\n(.*?)```", re.DOTALL)
+TOML = re.compile(r"```toml\n(.*?)```", re.DOTALL)
 
 
 def steps() -> list[tuple[str, list[tuple[str, str]]]]:
@@ -57,10 +73,13 @@ def steps() -> list[tuple[str, list[tuple[str, str]]]]:
     return found
 
 
-def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run(command: str, cwd: Path, day: date | None = None) -> subprocess.CompletedProcess[str]:
     clean = {key: value for key, value in os.environ.items() if not key.startswith("EVIDENCE_")}
+    program = [str(CONSOLE_SCRIPT)]
+    if day is not None:
+        program = [sys.executable, "-P", "-c", ON_DAY, day.isoformat()]
     return subprocess.run(
-        [str(CONSOLE_SCRIPT), *shlex.split(command)[1:]],
+        [*program, *shlex.split(command)[1:]],
         cwd=cwd,
         env=clean,
         capture_output=True,
@@ -76,17 +95,23 @@ def test_the_calibration_walk_gives_the_documented_outputs_and_exit_codes(tmp_pa
     (tmp_path / "contracts").mkdir()
     (tmp_path / "contracts" / "examples").symlink_to(EXAMPLES)
     walk = steps()
-    assert [command for command, _ in walk] == [command for command, _ in WALK]
-    assert [len(blocks) for _, blocks in walk] == [2, 0, 2, 0, 2, 2]
+    assert [command for command, _ in walk] == [step[0] for step in WALK]
+    assert [len(blocks) for _, blocks in walk] == [2, 0, 2, 0, 2, 2, 1, 1, 1]
 
-    for (command, blocks), (_, code) in zip(walk, WALK, strict=True):
-        done = run(command, tmp_path)
+    for (command, blocks), (_, code, *day) in zip(walk, WALK, strict=True):
+        done = run(command, tmp_path, *day)
         assert done.returncode == code, (command, done.stderr)
         for kind, text in blocks:
             if kind == "csv":
                 assert (tmp_path / "sheet.csv").read_bytes() == text.replace("\n", "\r\n").encode()
             else:
                 assert text in (done.stdout, done.stderr), (command, done.stdout, done.stderr)
+
+
+def test_the_switch_policy_is_the_one_the_page_shows() -> None:
+    """Checkpoint 5's policy file is shipped exactly as the page prints it."""
+    (shown,) = TOML.findall(PAGE.read_text("utf-8"))
+    assert (EXAMPLES / "policy-switch.toml").read_text("utf-8") == shown
 
 
 def cells(path: Path) -> list[list[str]]:
