@@ -17,7 +17,7 @@ from contracts.triage import Finding
 from tests import factories
 from tests.conftest import FIXED_NOW, Run
 from tests.integration.store_factories import build_store
-from worker.stores import ResultStore
+from worker.stores import ResultStore, describe
 
 H1, H2, H3, H4 = ("1" * 64, "2" * 64, "3" * 64, "4" * 64)
 POLICY = ("--min-coverage", "0.85")
@@ -168,7 +168,10 @@ def test_records_are_the_first_outcomes_oldest_first(
     run = cli("records", "--store", url, *POLICY)
 
     assert (run.code, run.lines) == (0, ROWS)
-    assert run.err == "records: 4 rows of 4 first outcomes read; policy cli:0.85\n"
+    assert run.err == (
+        "records: 4 rows of 4 first outcomes read; policy cli:0.85"
+        f" (store {describe(store, url)})\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -238,7 +241,10 @@ def test_without_a_policy_rows_are_report_only(
     assert run.lines == [
         row(H1, "refund-001", 10, status="scored", policy_version=None, threshold=None, owner=None)
     ]
-    assert run.err == "records: 1 row of 4 first outcomes read; report-only (no policy)\n"
+    assert run.err == (
+        "records: 1 row of 4 first outcomes read; report-only (no policy)"
+        f" (store {describe(store, url)})\n"
+    )
 
 
 def test_report_of_the_store_is_the_report_of_its_records(

@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; user errors print one line and exit 2, never a traceback."""
     if (closed := _hold_closed_standard_streams()) is not None:
         return closed
+    _escape_lone_surrogates(sys.stdout)
     try:
         try:
             return _dispatch(argv)
@@ -178,6 +179,21 @@ def _user_error(error: Exception) -> str | None:
 def _fail(message: str, code: int = INVALID) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return code
+
+
+LOSSY_ERRORS = {"strict", "surrogateescape"}
+
+
+def _escape_lone_surrogates(stream: Any) -> None:
+    """Print a lone surrogate (a legal JSON escape a store may keep in a case ID or a letter,
+    and what bytes that are not UTF-8 become) as its escape, \\ud800, as stderr already does:
+    inside a JSON string that is the same JSON escape again, and one such row no longer stops
+    the listing with a UnicodeEncodeError. Text that is UTF-8 is written as before. (In the C
+    locale Python writes stdout with surrogateescape, which fails on \\ud800 and would write
+    \\udcff as a raw byte, not UTF-8.)"""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None and getattr(stream, "errors", None) in LOSSY_ERRORS:
+        reconfigure(errors="backslashreplace")
 
 
 def _closed_pipe() -> int:

@@ -22,6 +22,15 @@ from worker.cli.common import (
 )
 from worker.cli.exit_codes import INTERRUPTED
 from worker.cli.inputs import JsonLines
+from worker.cli.output import (
+    JSONL,
+    SCORE_COLUMNS,
+    TABLE,
+    Discard,
+    Table,
+    add_format_options,
+    chosen_format,
+)
 from worker.cli.progress import Progress, over_input, process_elapsed
 from worker.errors import InputError
 from worker.pipeline.scoring import Delivery
@@ -53,6 +62,7 @@ def register(commands: Any) -> None:
     add_path(parser)
     add_store_option(parser)
     add_policy_options(parser)
+    add_format_options(parser, what=": the record lines as the worker logs them")
     parser.set_defaults(handler=run)
 
 
@@ -64,6 +74,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     source = JsonLines(args.path)
     progress = over_input("score", source)
     tally = Tally()
+    table = records_to_screen(chosen_format(args), settings)
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
         store_name = describe_store(service.store, url)
@@ -71,7 +82,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         # rare (worker/runtime/collector.py). Undone after, for a caller in-process.
         thresholds = collector.settle()
         try:
-            score_lines(source, service=service, tally=tally, progress=progress)
+            score_lines(source, service=service, tally=tally, progress=progress, table=table)
         except KeyboardInterrupt:
             progress.finish()
             print(
@@ -86,6 +97,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress.finish()
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no messages")
+    if table is not None:
+        table.print()
     print(
         f"{tally.summary('score', policy)} ({process_elapsed():.2f}s, store {store_name})",
         file=sys.stderr,
@@ -93,10 +106,28 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return tally.exit_code
 
 
+def records_to_screen(chosen: str, settings: Settings) -> Table | None:
+    """The table a terminal gets instead of the record lines (None: the lines, as the worker
+    logs them). With a table or --quiet, the lines are rendered to nowhere: the records and
+    alerts stay in the store, and `records` and `alerts` list them."""
+    if chosen == JSONL:
+        return None
+    from worker.observability.logging import configure_logging
+
+    configure_logging(settings.log_format, stream=Discard(), schema=settings.log_schema)
+    return Table(SCORE_COLUMNS) if chosen == TABLE else None
+
+
 def score_lines(
-    lines: Iterable[tuple[int, bytes]], *, service: Service, tally: Tally, progress: Progress
+    lines: Iterable[tuple[int, bytes]],
+    *,
+    service: Service,
+    tally: Tally,
+    progress: Progress,
+    table: Table | None = None,
 ) -> None:
-    """Score numbered lines through the service, CHUNK at a time; one record per line."""
+    """Score numbered lines through the service, CHUNK at a time; one record per line (and
+    a table row, when a terminal gets a table)."""
     from worker.pipeline.service import is_rejection
 
     run_id = uuid.uuid4().hex[:12]
@@ -118,4 +149,13 @@ def score_lines(
             tally.alerts += result.alert is not None
             tally.drift_alerts += result.drift is not None
             tally.drifted += record.contract_drift
+            if table is not None:
+                table.add(
+                    record.case_id,
+                    record.status,
+                    record.value,
+                    record.owner,
+                    record.missing_claim_ids,
+                    record.cache,
+                )
         progress.tick(len(chunk))
