@@ -132,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        # No command: the list of them, as `git` does, on stderr with the usage error's code.
+        parser.print_help(sys.stderr)
+        return INVALID
     args, unrecognized = parser.parse_known_args(argv)
     if unrecognized:
         getattr(args, "command_parser", parser).error(

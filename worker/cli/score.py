@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         # rare (worker/runtime/collector.py). Undone after, for a caller in-process.
         thresholds = collector.settle()
         try:
-            score_lines(source, service=service, tally=tally, progress=progress, table=table)
+            with HeldInterrupt() as held:
+                score_lines(
+                    source,
+                    service=service,
+                    tally=tally,
+                    progress=progress,
+                    table=table,
+                    between_chunks=held.check,
+                )
         except KeyboardInterrupt:
             progress.finish()
             print(
@@ -106,6 +115,41 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return tally.exit_code
 
 
+class HeldInterrupt:
+    """Ctrl-C while a chunk is being recorded is held until the chunk is recorded and
+    counted, then raised between chunks: the interrupted summary's count is then exactly what
+    the store holds (raised at once, mid-chunk, it was off by up to CHUNK rows the store had
+    recorded and the tally not yet counted). A second Ctrl-C stops at once."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._previous: Any = None
+
+    def __enter__(self) -> HeldInterrupt:
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._hold)
+        except ValueError:  # not the main thread: Ctrl-C does not reach this run
+            self._previous = None
+        return self
+
+    def _hold(self, _signum: int, _frame: object) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def check(self) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *_: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _nothing() -> None:
+    return None
+
+
 def records_to_screen(chosen: str, settings: Settings) -> Table | None:
     """The table a terminal gets instead of the record lines (None: the lines, as the worker
     logs them). With a table or --quiet, the lines are rendered to nowhere: the records and
@@ -125,9 +169,11 @@ def score_lines(
     tally: Tally,
     progress: Progress,
     table: Table | None = None,
+    between_chunks: Callable[[], None] = _nothing,
 ) -> None:
     """Score numbered lines through the service, CHUNK at a time; one record per line (and
-    a table row, when a terminal gets a table)."""
+    a table row, when a terminal gets a table). `between_chunks` runs after each chunk is
+    recorded and counted (where a held Ctrl-C is raised)."""
     from worker.pipeline.service import is_rejection
 
     run_id = uuid.uuid4().hex[:12]
@@ -159,3 +205,4 @@ def score_lines(
                     record.cache,
                 )
         progress.tick(len(chunk))
+        between_chunks()

@@ -540,9 +540,6 @@ CASES: dict[str, Case] = {
         stdout="closed",
     ),
     # --- the command line itself ------------------------------------------------------------
-    "no command": Case(
-        [], f"{PROG}: error: the following arguments are required: COMMAND", usage=True
-    ),
     "--help on a full disk": Case(
         ["--help"], f"{PROG}: cannot write output: No space left on device", stdout="full"
     ),

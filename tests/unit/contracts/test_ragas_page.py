@@ -19,9 +19,7 @@ def test_the_ragas_page_runs_and_prints_what_it_says(tmp_path: Path) -> None:
     no file left behind; every line the page promises, in order."""
     blocks = BLOCK.findall(PAGE.read_text(encoding="utf-8"))
     program = "\n".join(blocks)
-    promised = [
-        line.removeprefix("# ") for line in program.splitlines() if line.startswith("# ")
-    ]
+    promised = [line.removeprefix("# ") for line in program.splitlines() if line.startswith("# ")]
 
     run = subprocess.run(
         [sys.executable, "-c", program],
