@@ -20,7 +20,7 @@ from worker.cli.exit_codes import OK
 from worker.cli.inputs import JsonLines
 from worker.errors import InputError
 from worker.report.days import DEFAULT_TIME_FIELD, TIME_FIELDS
-from worker.settings import Settings, display_path
+from worker.settings import Settings, display_path, masked_url
 
 if TYPE_CHECKING:
     from worker.report.aggregate import Report
@@ -141,4 +141,5 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
         report = build_report(report_lines(rows, alerts), source=source, time_field=args.days_from)
         # The rows are first outcomes only: the store's histories say what was re-graded.
         stability = store_stability(store)
-    return source, report.model_copy(update={"graders": grader_reports(stability.rows)})
+    update = {"graders": grader_reports(stability.rows), "store": masked_url(args.store)}
+    return source, report.model_copy(update=update)
