@@ -255,6 +255,12 @@ class Settings(BaseSettings):
         description="serve Prometheus metrics on this port; see "
         "[Metrics](observability.md#metrics). Unset: no metrics",
     )
+    metrics_host: str = Field(
+        default="0.0.0.0",
+        min_length=1,
+        description="the address the metrics endpoint binds: `127.0.0.1` keeps it on this "
+        "machine (behind a sidecar or a local scraper)",
+    )
     heartbeat_file: Path | None = Field(
         default=None,
         description="the file the worker's consumer touches, from its own event loop, while "

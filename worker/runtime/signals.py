@@ -127,7 +127,7 @@ def serve_metrics(sender: Any, **_: Any) -> None:
         metrics.prepare(port)
     except OSError as error:
         exit_unusable(f"{metrics.MULTIPROC_ENV} cannot be used for metrics: {error}")
-    metrics.serve(port)
+    metrics.serve(port, sender.app.settings.metrics_host)
     if not forks_pool_processes(sender.pool_cls):
         export_metrics_at_zero(sender.app)
 
