@@ -24,9 +24,7 @@ def test_the_variable_sets_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings().metrics_host == "127.0.0.1"
 
 
-def test_serve_binds_the_host_it_is_given(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_serve_binds_the_host_it_is_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """serve() hands the host to prometheus_client as the address to listen on."""
     calls: list[tuple[int, dict[str, Any]]] = []
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
