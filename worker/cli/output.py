@@ -162,7 +162,7 @@ def printable(text: str) -> str:
     )
 
 
-class Discard(io.TextIOBase):
+class Discard(io.StringIO):
     """A text stream that keeps nothing: where record lines go when a table stands in."""
 
     def write(self, text: str) -> int:

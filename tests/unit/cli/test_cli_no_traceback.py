@@ -79,8 +79,8 @@ def run_main(argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
             code = exit_.code if isinstance(exit_.code, int) else 2
         out.flush()
         err.flush()
-    written = out.buffer.getvalue().decode()  # type: ignore[attr-defined]
-    said = err.buffer.getvalue().decode("utf-8", "replace")  # type: ignore[attr-defined]
+    written = out.buffer.getvalue().decode()
+    said = err.buffer.getvalue().decode("utf-8", "replace")
     return code, written, said
 
 

@@ -353,7 +353,9 @@ def test_html_opens_with_a_summary_block_and_fits_a_phone(
         [record(), record(case_id="case-2"), failed(["a"], ("a", "not_cited")), invalid()]
     )
 
-    page = parsed(Summary(), out)
+    page = Summary()
+    page.feed(out.read_text(encoding="utf-8"))
+    page.close()
 
     assert page.first_after_h1 == "section.summary"
     assert page.figures == {
