@@ -1,4 +1,6 @@
-"""What an evidence-coverage score means: the metric, messages, input hash and policy. No I/O."""
+"""What an evidence-coverage score means and what crosses the wire: the metric, messages, input
+hash, policy, judging and triage, records and alerts, sampling, grader stability, contract
+drift, and their JSON Schemas. No I/O."""
 
 from typing import Any
 

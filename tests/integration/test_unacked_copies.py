@@ -1,5 +1,5 @@
 """The unacknowledged copy the worker's Redis channel keeps of each delivered message (spelled
-by orjson, worker/runtime/json_codec.py dumps) brings the message back whole when it is
+by orjson, worker/runtime/kombu_qos.py) brings the message back whole when it is
 requeued, as kombu's own copy does: the at-least-once promise rests on it."""
 
 from __future__ import annotations

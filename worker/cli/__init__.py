@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from worker.cli import (
     alerts,
     bench,
+    calibrate,
     canary,
+    compare,
     completion,
     dead_letters,
     explain,
@@ -43,6 +45,8 @@ Handler = Callable[[argparse.Namespace, "Settings"], int]
 MODULES = (
     score,
     gate,
+    compare,
+    calibrate,
     show,
     explain,
     alerts,

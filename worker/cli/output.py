@@ -53,7 +53,8 @@ def add_format_options(
     said = {
         TABLE: "a compact table",
         JSONL: "one JSON object per line",
-        CSV: "a header, then one line per row, lists as JSON text",
+        CSV: "a header, then one line per row, lists as JSON text, a cell starting with = + - "
+        "@ tab, CR or ' written with a leading ' so no spreadsheet runs it as a formula",
     }
     parser.add_argument(
         "--format",

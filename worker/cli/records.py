@@ -4,7 +4,6 @@ streamed as JSON lines or CSV (SPEC §11)."""
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from typing import Any, get_args
 
@@ -104,6 +103,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.audit.records import FIELDS, RecordQuery, Selection, csv_cells
+    from worker.audit.safe_csv import SafeWriter
 
     if args.since is not None and args.until is not None and args.until <= args.since:
         raise InputError(
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         named = store_name(store, args, settings)
         rows = selection.rows(store.first_outcomes_by_time(args.since, args.until))
         if chosen == CSV:
-            writer = csv.writer(out)
+            writer = SafeWriter(out)
             writer.writerow(FIELDS)
             for row in rows:
                 writer.writerow(csv_cells(row))

@@ -15,8 +15,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import MutableMapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import MutableMapping
 from typing import Any, Final, Literal, TextIO
 
 import orjson
@@ -180,33 +179,17 @@ def _renderer(log_format: str, schema: LogSchema) -> structlog.typing.Processor:
     return structlog.processors.JSONRenderer(serializer=dumps)
 
 
-class LineWriter(structlog.WriteLogger):
-    """structlog's WriteLogger (one write and flush per line, under the file's lock), and
-    write_chunks() for RecordLines: several whole lines per write."""
-
-    def write_chunks(self, chunks: Sequence[str]) -> None:
-        """Write each chunk (whole lines, at most PIPE_BUF bytes unless it is one line) with
-        a flush of its own, so that each is one write() to the file descriptor."""
-        with self._lock:
-            for chunk in chunks:
-                self._write(chunk)
-                self._flush()
-
-
-class LineWriterFactory:
-    """What structlog.WriteLoggerFactory is, for LineWriter: one per logger, on one stream."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-
-    def __call__(self, *_: Any) -> LineWriter:
-        return LineWriter(self._stream)
-
-
 # The processors configure_logging() last set for JSON lines in the otel schema without span
-# IDs: the chain RecordLines spells record lines as, without running it. A tuple of them, as
-# structlog's capture_logs() swaps the processors in the configured list itself.
+# IDs: the chain RecordLines (worker/observability/structlog_lines.py) spells record lines as,
+# without running it. A tuple of them, as structlog's capture_logs() swaps the processors in
+# the configured list itself.
 _record_chain: tuple[structlog.typing.Processor, ...] | None = None
+
+
+def record_chain() -> tuple[structlog.typing.Processor, ...] | None:
+    """The processors configure_logging() last set, when they were JSON lines in the otel
+    schema without span IDs (the chain RecordLines spells); None after any other."""
+    return _record_chain
 
 
 def configure_logging(
@@ -232,7 +215,7 @@ def configure_logging(
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         # One write() per line (message and newline together): prefork children share stdout,
         # and print()'s two writes let their lines interleave mid-record.
-        logger_factory=LineWriterFactory(stream or sys.stdout),
+        logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),
         cache_logger_on_first_use=cache,
     )
 
@@ -281,96 +264,6 @@ def emit_record(record: ScoreRecord, **context: Any) -> None:
     log = get_logger()
     method = log.info if record.log_level == "info" else log.warning
     method(record.event, **fields)
-
-
-# POSIX: a write of at most PIPE_BUF bytes to a pipe is never interleaved with another
-# process's; Linux's is 4,096. Prefork children share stdout.
-PIPE_BUF: Final = 4096
-# The keys the chain puts at the head of a line (lead_with_when_and_what, OtelFields): a field
-# of that name would take another place or value there, so such a line takes the chain.
-_HEAD_KEYS: Final = frozenset(
-    {"timestamp", "level", "event", "severity_text", "severity_number", "service.name"}
-)
-
-
-class RecordLines:
-    """A batch's record lines, each exactly the line emit_record() writes, written together.
-
-    A record line ran structlog's whole chain for every message (the bound logger, eight
-    processors, one write() and flush each): 176K of the worker's 965K instructions a message
-    on the bench's mix, against about 60K for the dict and orjson below. With the chain
-    configure_logging() builds for JSON lines in the otel schema without span IDs (the
-    worker's default), a line is spelled here as that chain spells it: the same keys in the
-    same order with the same values (tests/unit/observability/test_record_lines.py renders
-    both), the context variables read once per batch, and the batch's lines share one
-    timestamp, the time the batch was handed over. Lines are written as few whole-line chunks
-    of at most PIPE_BUF bytes each, one write() per chunk. Any other configuration (ECS, the
-    console, span IDs, a test's capture_logs), or a context field named as a head key, takes
-    emit_record() per line, in order.
-    """
-
-    def __init__(self) -> None:
-        log = get_logger()
-        writer = getattr(log, "_logger", None)
-        self._writer: LineWriter | None = None
-        self._chunks: list[str] = []
-        self._chunk: list[str] = []
-        self._chunk_bytes = 0
-        if tuple(structlog.get_config()["processors"]) != _record_chain or not isinstance(
-            writer, LineWriter
-        ):
-            return
-        context = structlog.contextvars.merge_contextvars(None, "info", {})
-        if not _HEAD_KEYS.isdisjoint(context):
-            return
-        self._writer = writer
-        self._context = drop_raw_text(None, "info", context)
-        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")  # as TimeStamper's iso
-        self._heads = {
-            level: {
-                "timestamp": stamp,
-                "level": level,
-                "severity_text": level.upper(),
-                "severity_number": SEVERITY_NUMBERS[level],
-                "service.name": SERVICE_NAME,
-            }
-            for level in ("info", "warning")
-        }
-
-    def add(self, record: ScoreRecord, **context: Any) -> None:
-        """The record's line, with `context` as emit_record() takes it."""
-        if self._writer is None or not _HEAD_KEYS.isdisjoint(context):
-            self.flush()
-            emit_record(record, **context)
-            return
-        head = self._heads[record.log_level]
-        line = {"timestamp": head["timestamp"], "level": head["level"], "event": record.event}
-        line.update(head)
-        line.update(record_fields(record))
-        if context:  # a record's own fields never carry raw text; its context may
-            line.update(drop_raw_text(None, "", context))
-        for key, value in self._context.items():
-            line.setdefault(key, value)
-        try:
-            spelled = orjson.dumps(line, default=repr)
-            text, size = spelled.decode(), len(spelled) + 1
-        except TypeError:  # as dumps() falls back: ASCII escapes
-            text = json.dumps(line, default=repr)
-            size = len(text) + 1
-        if self._chunk and self._chunk_bytes + size > PIPE_BUF:
-            self._chunks.append("".join(self._chunk))
-            self._chunk, self._chunk_bytes = [], 0
-        self._chunk.append(text + "\n")
-        self._chunk_bytes += size
-
-    def flush(self) -> None:
-        """Write the lines added so far."""
-        if self._chunk:
-            self._chunks.append("".join(self._chunk))
-            self._chunk, self._chunk_bytes = [], 0
-        if self._chunks and self._writer is not None:
-            self._writer.write_chunks(self._chunks)
-            self._chunks = []
 
 
 def write_line(event: str, *, level: str = "warning", **fields: Any) -> None:

@@ -19,8 +19,9 @@ from contracts import Policy
 from contracts.records import REJECTED
 from worker.errors import InputError, TransientError
 from worker.observability import telemetry
-from worker.observability.logging import RecordLines, get_logger
+from worker.observability.logging import get_logger
 from worker.observability.metrics import Metrics
+from worker.observability.structlog_lines import RecordLines
 from worker.pipeline.alerts import AlertSink, WebhookSender
 from worker.pipeline.intake import Body, admit, body_text
 from worker.pipeline.redaction import logged_text

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import inspect
 import json
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -28,7 +27,8 @@ from worker.constants import SCORE_BATCH
 from worker.errors import TransientError
 from worker.observability.logging import get_logger
 from worker.pipeline.scoring import Delivery
-from worker.runtime import json_codec
+from worker.runtime.kombu_json import NOT_THE_SAME, orjson_reading
+from worker.runtime.kombu_qos import UnackedJsonQoS
 from worker.settings import Settings
 from worker.stores.durable import impatient
 
@@ -138,8 +138,8 @@ def _decoded(item: bytes | str, max_bytes: int | None) -> tuple[str | None, Any]
     # queue item in the worker's event loop. A float is taken as orjson reads it: an integer
     # beyond 64 bits read as a float fails the field checks below, and the item is
     # dead-lettered, where no publisher writes one.
-    payload = json_codec.orjson_reading(item, floats=True)
-    if payload is json_codec.NOT_THE_SAME:
+    payload = orjson_reading(item, floats=True)
+    if payload is NOT_THE_SAME:
         # kombu decodes with errors='replace' first, so bad UTF-8 fails as JSON, if at all.
         text = item.decode(errors="replace") if isinstance(item, bytes) else item
         try:
@@ -242,29 +242,12 @@ def guard_brpop_reply(
     return (list_name, wrap_foreign_item(item, problem, queue))
 
 
-class UnackedJsonQoS(kombu_redis.QoS):
-    """kombu's Redis QoS, whose copy of each delivered message in the unacked hash is spelled
-    by json_codec.dumps (kombu's json.dumps of a batch's 250 KB raw message was 9% of Celery's
-    main process in `bench`)."""
-
-    def append(self, message: Any, delivery_tag: str) -> None:
-        # kombu 5.x's QoS.append, with json_codec.dumps for its dumps(): the copy kombu reads
-        # back (restore_by_tag, the visibility sweep) with its own loads, which reads both.
-        delivery = message.delivery_info
-        copy = [message._raw, delivery["exchange"], delivery["routing_key"]]
-        with self.pipe_or_acquire() as pipe:
-            pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()}).hset(
-                self.unacked_key, delivery_tag, json_codec.dumps(copy)
-            ).execute()
-            super(kombu_redis.QoS, self).append(message, delivery_tag)  # type: ignore[no-untyped-call]
-
-
 class GuardedRedisChannel(kombu_redis.Channel):
     """kombu's Redis channel whose BRPOP replies never carry an item kombu cannot load.
 
     The check sits in redis-py's reply callback for BRPOP, the one step between the server's
     reply and kombu's `loads`, so no kombu code is copied here. Its QoS spells the unacked
-    copies with orjson (UnackedJsonQoS).
+    copies with orjson (UnackedJsonQoS, worker/runtime/kombu_qos.py).
     """
 
     QoS = UnackedJsonQoS

@@ -20,7 +20,7 @@ from celery import signals
 
 from worker.errors import ConfigurationError
 from worker.observability import metrics, telemetry
-from worker.runtime import collector, json_codec, termination
+from worker.runtime import collector, kombu_json, termination
 
 if TYPE_CHECKING:
     from celery.utils.dispatch import Signal
@@ -93,9 +93,9 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
 
 
 def decode_json_with_orjson(**_: Any) -> None:
-    """Task bodies decoded by orjson where it reads them as kombu does (json_codec), in the
+    """Task bodies decoded by orjson where it reads them as kombu does (kombu_json), in the
     main process before the pool forks, so in every pool process too."""
-    json_codec.install()
+    kombu_json.install()
 
 
 def refuse_unusable_configuration(sender: Any, **_: Any) -> None:

@@ -1,4 +1,6 @@
-"""Result stores behind two small Protocols (outcomes, audit trail); open_store() picks one."""
+"""Result stores: the interface every store meets (ResultStore: outcomes, audit trail, publish
+ledger, leases and dead letters, base.py and ledger.py), on SQLite (embedded) or Redis (one
+server or a Redis Cluster); open_store() opens the one a URL names."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""The publishing side: send messages with a ledger note, and find those never recorded."""
+"""The publishing side: send messages with a ledger note, find those never recorded, and
+replay dead letters through the ledger."""

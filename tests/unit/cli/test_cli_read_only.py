@@ -27,6 +27,15 @@ READ_COMMANDS = [
     ["records"],
     ["report", "--json"],
     ["stability"],
+    [
+        "compare",
+        "--legacy",
+        str(EXAMPLES / "legacy-scores.jsonl"),
+        "--legacy-threshold",
+        "0.7",
+        "--min-coverage",
+        "0.85",
+    ],
 ]
 
 

@@ -1,72 +1,22 @@
-"""worker.observability.logging.RecordLines: a batch's record lines, each the very line the
-chain writes for emit_record(), written as whole-line chunks of at most PIPE_BUF bytes."""
+"""worker.observability.structlog_lines.RecordLines: a batch's record lines written as
+whole-line chunks of at most PIPE_BUF bytes (that each line is the chain's, byte for byte:
+tests/unit/seams/test_structlog_lines.py)."""
 
 from __future__ import annotations
 
 import io
 import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from contracts.records import REJECTED, ScoreRecord
-from contracts.triage import Finding
+from contracts.records import ScoreRecord
 from tests.unit.observability.test_logging import score_record
-from worker.observability.logging import (
-    PIPE_BUF,
-    RAW_TEXT_FIELDS,
-    RecordLines,
-    configure_logging,
-    emit_record,
-)
-
-STAMP = re.compile(r'^(\{"timestamp": ?)"[^"]+"')
-FINDING = Finding(
-    claim_id="refund-method",
-    finding="not_cited",
-    owner="product",
-    document_ids=["doc-1"],
-    evidence_retrieved=True,
-)
-
-RECORDS: dict[str, ScoreRecord] = {
-    "scored": score_record(),
-    "passing": score_record(value=1.0, status="pass", owner=None, threshold=0.5),
-    "conflict": score_record(cache="conflict", observed_value=0.5, observed_reason="other"),
-    "findings": score_record(
-        findings=[FINDING, FINDING],
-        missing_claim_ids=["refund-method"],
-        produced_at=datetime(2026, 12, 1, 8, 0, tzinfo=UTC),
-        recorded_at=datetime(2026, 12, 1, 9, 0, 0, 123456, tzinfo=UTC),
-        trace_id="0af7651916cd43dd8448eb211c80319c",
-        warnings=["trace_id is not 32 hex digits"],
-        line=7,
-    ),
-    "rejected": score_record(
-        event=REJECTED,
-        input_hash=None,
-        contract_version=None,
-        value=None,
-        reason="schema: case_id is required",
-        status="invalid",
-        owner="evaluation-data",
-        cache=None,
-    ),
-    "non-ascii": score_record(case_id="reembolso-ñ-001 ✓", reason="falta «método»"),
-    "lone surrogate": score_record(case_id="case-\udc80"),
-}
-CONTEXTS: dict[str, dict[str, Any]] = {
-    "none": {},
-    "duration": {"duration_ms": 1.25},
-    "raw text named": {"duration_ms": 0.5, "answer": "secret", "contexts": ["secret"]},
-    "redacted text": {"answer_redacted": "[EMAIL] asked", "contexts_redacted": []},
-    "a record field": {"task_id": "task-from-context"},
-}
+from worker.observability.logging import RAW_TEXT_FIELDS, configure_logging
+from worker.observability.structlog_lines import PIPE_BUF, RecordLines
 
 
 @pytest.fixture(autouse=True)
@@ -74,45 +24,6 @@ def _clean_contextvars() -> Iterator[None]:
     structlog.contextvars.clear_contextvars()
     yield
     structlog.contextvars.clear_contextvars()
-
-
-def chain_line(record: ScoreRecord, context: dict[str, Any]) -> str:
-    """The line the configured chain writes for the record (emit_record), timestamp blanked."""
-    stream = io.StringIO()
-    configure_logging(stream=stream)
-    emit_record(record, **context)
-    return STAMP.sub(r'\1""', stream.getvalue())
-
-
-def batch_lines(pairs: list[tuple[ScoreRecord, dict[str, Any]]]) -> str:
-    stream = io.StringIO()
-    configure_logging(stream=stream)
-    lines = RecordLines()
-    for record, context in pairs:
-        lines.add(record, **context)
-    lines.flush()
-    return "".join(STAMP.sub(r'\1""', line) for line in stream.getvalue().splitlines(True))
-
-
-@pytest.mark.parametrize("context", CONTEXTS.values(), ids=list(CONTEXTS))
-@pytest.mark.parametrize("record", RECORDS.values(), ids=list(RECORDS))
-def test_each_line_is_the_chains_line(record: ScoreRecord, context: dict[str, Any]) -> None:
-    """Same keys, same order, same values, same spelling as emit_record() through the chain,
-    with the task's context variables bound as the worker binds them."""
-    structlog.contextvars.bind_contextvars(
-        task_id="task-9", task_name="evidence_coverage.score_batch", retries=0, redelivered=False
-    )
-    expected = chain_line(record, context)
-
-    assert batch_lines([(record, context)]) == expected
-
-
-def test_a_batch_is_its_lines_in_order() -> None:
-    """Every record of a batch, in order, each line as the chain writes it."""
-    pairs = [(record, {"duration_ms": 2.0}) for record in RECORDS.values()] * 3
-    expected = "".join(chain_line(record, context) for record, context in pairs)
-
-    assert batch_lines(pairs) == expected
 
 
 def test_the_records_own_fields_carry_no_raw_text_name() -> None:
@@ -184,32 +95,6 @@ def test_nothing_is_written_before_flush() -> None:
     assert stream.getvalue() == ""
     lines.flush()
     assert stream.getvalue().count("\n") == 1
-
-
-@pytest.mark.parametrize(
-    "configure",
-    [
-        pytest.param(lambda s: configure_logging(stream=s, schema="ecs"), id="ecs"),
-        pytest.param(lambda s: configure_logging("console", stream=s), id="console"),
-        pytest.param(lambda s: configure_logging(stream=s, span_ids=True), id="span ids"),
-    ],
-)
-def test_other_configurations_take_the_chain(configure: Any) -> None:
-    """ECS, the console and span IDs: each line is emit_record()'s, written at once."""
-    expected = io.StringIO()
-    configure(expected)
-    emit_record(score_record(), duration_ms=1.0)
-
-    stream = io.StringIO()
-    configure(stream)
-    lines = RecordLines()
-    lines.add(score_record(), duration_ms=1.0)
-    written_at_once = stream.getvalue()
-    lines.flush()
-
-    stamp = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+(Z|\+00:00)?")
-    assert stamp.sub("T", written_at_once) == stamp.sub("T", expected.getvalue())
-    assert stream.getvalue() == written_at_once
 
 
 def test_a_context_field_named_as_a_head_key_takes_the_chain() -> None:

@@ -1,4 +1,5 @@
-"""kombu's JSON, read and written by orjson wherever that gives what kombu's json gives.
+"""A fast path for kombu's JSON (kombu.utils.json): read and written by orjson wherever that
+gives what kombu's json gives.
 
 kombu reads and writes JSON with the standard library's json, with an object hook and an
 encoder of its own: "__type__" objects stand for datetimes, UUIDs, decimals and the like. In
@@ -18,20 +19,28 @@ kombu's json so that nothing is read or written differently:
 
 `install()` registers `loads` as kombu's "json" decoder in this process (the worker's main
 process, before the pool forks: worker/runtime/signals.py), keeping kombu's encoder. The
-consumer's guard reads queue items with `orjson_reading` and spells kombu's unacknowledged
-copies with `dumps` (worker/runtime/consumer.py).
+consumer's guard reads queue items with `orjson_reading` (worker/runtime/consumer.py), and
+the unacknowledged copies are spelled with `dumps` (worker/runtime/kombu_qos.py).
+
+The contract test (tests/unit/seams/test_kombu_json.py) reads and writes a table of inputs,
+every case above included, with kombu's json and with this module, and fails on any
+difference: run it on upgrading kombu or orjson (docs/development.md).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from kombu import serialization
-from kombu.utils import json as kombu_json
+from kombu.utils import json as kombu_utils_json
 
 CONTENT_TYPE = "application/json"
+
+# The versions the contract test last passed with; it fails, naming the installed ones, until
+# they are the locked ones (docs/development.md, "Upgrading kombu, Celery or structlog").
+CHECKED_AGAINST: Final = {"kombu": "5.7.0", "orjson": "3.13.0"}
 
 NOT_THE_SAME = object()  # orjson_reading(): kombu's json must read this text
 
@@ -64,7 +73,7 @@ def loads(text: Any) -> Any:
     """What kombu's json `loads` returns for `text` (str, bytes, bytearray or memoryview)."""
     value = orjson_reading(text)
     if value is NOT_THE_SAME:
-        return kombu_json.loads(text)  # type: ignore[no-untyped-call]
+        return kombu_utils_json.loads(text)  # type: ignore[no-untyped-call]
     return value
 
 
@@ -76,7 +85,7 @@ def dumps(value: Any) -> bytes | str:
             return orjson.dumps(value)
         except orjson.JSONEncodeError:
             pass
-    return str(kombu_json.dumps(value))  # type: ignore[no-untyped-call]
+    return str(kombu_utils_json.dumps(value))  # type: ignore[no-untyped-call]
 
 
 def _plain(value: Any) -> bool:
@@ -107,7 +116,7 @@ def install() -> None:
     """Decode kombu's "json" content with loads() in this process (and its forks)."""
     serialization.register(  # type: ignore[no-untyped-call]
         "json",
-        kombu_json.dumps,
+        kombu_utils_json.dumps,
         loads,
         content_type=CONTENT_TYPE,
         content_encoding="utf-8",
