@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import re
+import select
 import struct
 import subprocess
 import sys
@@ -44,16 +45,17 @@ def on_terminal(
         cwd=cwd,
         env=clean_env({"COLUMNS": "120", "TERM": "xterm-256color", **(env or {})}),
     )
-    os.close(slave)
+    # The slave stays open here until the child has exited and the screen is drained: closed,
+    # a fast child's last output could be lost to EIO before it is read.
     chunks = []
     while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
+        if select.select([master], [], [], 0.1)[0]:
+            chunks.append(os.read(master, 65536))
+        elif process.poll() is not None:
+            while select.select([master], [], [], 0)[0]:
+                chunks.append(os.read(master, 65536))
             break
-        if not data:
-            break
-        chunks.append(data)
+    os.close(slave)
     os.close(master)
     assert process.stderr is not None
     err = process.stderr.read().decode()
