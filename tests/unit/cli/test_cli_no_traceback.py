@@ -135,6 +135,10 @@ ARGUMENT_LINES = [
     ["report", "{}"],
     ["reconcile", "--older-than", "{}", "--store", "{store}"],
     ["show", "{}"],  # the default store, which is not there
+    ["compare", "--legacy", "{}", "--store", "{store}", "--min-coverage", "0.5"],
+    ["compare", str(EXAMPLES / "release-rows.jsonl"), "--legacy", "{}", "--min-coverage", "0.5"],
+    ["calibrate", "--store", "{store}", "--candidates", "{}", "--min-coverage", "0.5"],
+    ["calibrate", "--store", "{store}", "--group", "{}", "--min-coverage", "0.5"],
 ]
 
 
