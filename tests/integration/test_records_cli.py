@@ -251,7 +251,8 @@ def test_report_of_the_store_is_the_report_of_its_records(
     store_url: tuple[ResultStore, str], cli: Callable[..., Run], tmp_path: Path
 ) -> None:
     """report --store gives what report gives for the rows `records` prints and the alert
-    lines: the same aggregation, one row per input hash; the conflict's alert is counted."""
+    lines: the same aggregation, one row per input hash; the conflict's alert is counted; it
+    names its store (a file's report names none)."""
     store, url = store_url
     fill(store)
     listed = cli("records", "--store", url, *POLICY)
@@ -266,7 +267,8 @@ def test_report_of_the_store_is_the_report_of_its_records(
     assert (of_store.code, of_file.code) == (0, 0)
     report, expected = json.loads(of_store.out), json.loads(of_file.out)
     assert report["source"] != expected["source"]
-    assert {**report, "source": None} == {**expected, "source": None}
+    assert (report["store"], expected["store"]) == (url, None)
+    assert {**report, "source": None, "store": None} == {**expected, "source": None}
     assert (report["records"], report["nondeterminism_alerts"]) == (4, 1)
     groups = {
         (version["contract_version"], group["policy_group"]): group["statuses"]

@@ -225,7 +225,7 @@ def test_no_command_prints_the_command_list_and_exits_2(
     assert (code, captured.out) == (2, "")
     assert captured.err.startswith("usage: evidence-worker [-h] [--version] COMMAND ...\n")
     commands = [line.split()[0] for line in captured.err.splitlines() if line.startswith("    ")]
-    assert commands[:3] == ["score", "gate", "show"]
+    assert commands[:2] == ["score", "gate"]
     assert {"records", "report", "dead-letters", "publish", "completion"} <= set(commands)
 
 
