@@ -50,7 +50,7 @@ run: $(VENV)/.runtime  ## score the example file on the embedded store: records 
 	echo "make run: exit $$code (nondeterminism) is what the example is built to show:" \
 	  "docs/quickstart.md explains every row" >&2
 
-services:  ## start Redis and RabbitMQ when they are not up; fetch promtool and prometheus into .venv
+services:  ## start Redis (REDIS_PORT, 6379) and RabbitMQ (AMQP_PORT, 5672) when not up, saying which; promtool, prometheus into .venv
 	.ci/services $(BIN)
 
 lint: $(VENV)/.dev  ## ruff check and ruff format --check

@@ -23,6 +23,9 @@ REDIS_SCHEMES = ("redis", "rediss")
 REDIS_URL_HINT = "use redis://host:port/db, db a database number the server has (0-15 by default)"
 SEEDS_HINT = "name a Redis Cluster's seed nodes as redis://host1:port1,host2:port2/0"
 BROKER_URL_HINT = "use redis://host:port/db or amqp://user:password@host:port/vhost"
+# The brokers the worker is built and tested for. kombu knows more (kafka://, sqs://, and
+# memory://, a queue that dies with the process): each is refused at once, not on first send.
+BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps")
 _DB_PATH = re.compile(r"/?|/[0-9]+")
 # The webhook's bounds, here so WebhookSender's defaults and the settings' are one number.
 WEBHOOK_DEADLINE_SECONDS = 5.0
@@ -256,6 +259,12 @@ class Settings(BaseSettings):
         le=65535,
         description="serve Prometheus metrics on this port; see "
         "[Metrics](observability.md#metrics). Unset: no metrics",
+    )
+    metrics_host: str = Field(
+        default="0.0.0.0",
+        min_length=1,
+        description="the address the metrics endpoint binds: `127.0.0.1` keeps it on this "
+        "machine (behind a sidecar or a local scraper)",
     )
     heartbeat_file: Path | None = Field(
         default=None,
@@ -566,17 +575,20 @@ def redis_db(url: str) -> int:
 
 
 def check_broker_url(url: str) -> None:
-    """ValueError unless each ;-separated URL names a kombu transport (and, for Redis, a
-    numbered database): kombu would fail with a KeyError on the first publish instead."""
-    from kombu.transport import TRANSPORT_ALIASES
-
+    """ValueError unless each ;-separated URL names one of BROKER_SCHEMES (and, for Redis, a
+    numbered database): kombu would fail on the first publish instead, or not at all (memory://
+    "sends" into this process)."""
     if not url:
         raise ValueError(f"empty: {BROKER_URL_HINT}, or unset it for the default")
     for alternate in url.split(";"):
         scheme, separator, _ = alternate.partition("://")
-        transport = scheme.split("+", 1)[0]
-        if not separator or transport not in TRANSPORT_ALIASES:
-            problem = f"unknown broker scheme {scheme!r}" if separator else "not a URL"
+        if not separator or scheme not in BROKER_SCHEMES:
+            accepted = ", ".join(f"{name}://" for name in BROKER_SCHEMES)
+            problem = (
+                f"unsupported broker scheme {scheme!r} (accepted: {accepted})"
+                if separator
+                else "not a URL"
+            )
             raise ValueError(f"{masked_url(alternate)}: {problem}: {BROKER_URL_HINT}")
-        if transport in REDIS_SCHEMES:
+        if scheme in REDIS_SCHEMES:
             redis_db(alternate)

@@ -90,7 +90,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Health and metrics",
         "What probes and Prometheus read; see [operations.md](operations.md#health-checks).",
-        ("heartbeat_file", "heartbeat_seconds", "metrics_port"),
+        ("heartbeat_file", "heartbeat_seconds", "metrics_port", "metrics_host"),
     ),
     (
         "TLS",

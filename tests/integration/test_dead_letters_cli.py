@@ -23,7 +23,7 @@ from worker.audit.letters import aware, origin
 from worker.cli import main
 from worker.cli.exit_codes import INVALID, OK
 from worker.settings import Settings
-from worker.stores import DeadLetter, ResultStore, open_store
+from worker.stores import DeadLetter, ResultStore, describe, open_store
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +91,12 @@ def cli(
     return run
 
 
+@pytest.fixture
+def named(where: Where, store: ResultStore) -> str:
+    """How the commands' summary lines name the test's store."""
+    return describe(store, where.url)
+
+
 def score_file(cli: Callable[..., Run], tmp_path: Path) -> Run:
     """`score` on a valid row (line 1) and a row with an unknown field (line 2)."""
     path = tmp_path / "rows.jsonl"
@@ -115,7 +121,7 @@ def score_letter(body: str, *, line: int = 3, minutes: int = 0) -> DeadLetter:
 
 
 def test_list_prints_the_letter_of_a_row_score_rejected(
-    cli: Callable[..., Run], store: ResultStore, tmp_path: Path
+    named: str, cli: Callable[..., Run], store: ResultStore, tmp_path: Path
 ) -> None:
     """One JSON line: the letter's id, time, reason, case ID, origin, task and line."""
     assert score_file(cli, tmp_path).code == INVALID
@@ -123,7 +129,7 @@ def test_list_prints_the_letter_of_a_row_score_rejected(
 
     run = cli("dead-letters", "list")
 
-    assert (run.code, run.stderr) == (OK, "dead-letters list: 1 letter\n")
+    assert (run.code, run.stderr) == (OK, f"dead-letters list: 1 letter (store {named})\n")
     assert run.lines == [
         {
             "id": letter_id,
@@ -169,16 +175,21 @@ def test_list_says_null_for_the_case_of_a_body_that_is_not_json(
 
 
 def test_show_prints_the_body_exactly_as_received(
-    cli: Callable[..., Run], store: ResultStore
+    named: str, cli: Callable[..., Run], store: ResultStore
 ) -> None:
-    """Spacing, key order and non-ASCII text as they came, then a newline."""
+    """Spacing, key order and non-ASCII text as they came, then a newline; the letter and
+    its store named on stderr."""
     body = '{ "case_id":"junk-é",   "bogus": [1, 2.50] }'
     store.dead_letter(score_letter(body))
     letter_id, _ = only_letter(store)
 
     run = cli("dead-letters", "show", letter_id)
 
-    assert (run.code, run.stdout, run.stderr) == (OK, body + "\n", "")
+    assert (run.code, run.stdout, run.stderr) == (
+        OK,
+        body + "\n",
+        f"dead-letters show: letter {letter_id} (store {named})\n",
+    )
 
 
 def test_show_of_an_unknown_id_is_one_line_and_exit_2(
@@ -197,7 +208,7 @@ def test_show_of_an_unknown_id_is_one_line_and_exit_2(
 
 
 def test_replay_of_a_body_still_invalid_dead_letters_it_again_then_removes_the_old_letter(
-    cli: Callable[..., Run], store: ResultStore, tmp_path: Path
+    named: str, cli: Callable[..., Run], store: ResultStore, tmp_path: Path
 ) -> None:
     """score's letter goes through the pipeline again: rejected with its reason, kept as a
     new letter (same body, reason and line), the old one removed; exit 2, one line."""
@@ -209,7 +220,7 @@ def test_replay_of_a_body_still_invalid_dead_letters_it_again_then_removes_the_o
     assert run.code == INVALID
     assert run.stderr == (
         f"dead-letters replay: 1 letter: 1 still invalid (dead-lettered again: letter {old_id}:"
-        f" {EXTRA})\n"
+        f" {EXTRA}) (store {named})\n"
     )
     (record,) = run.lines
     assert (record["event"], record["case_id"], record["reason"], record["line"]) == (
@@ -229,7 +240,7 @@ def test_replay_of_a_body_still_invalid_dead_letters_it_again_then_removes_the_o
 
 
 def test_replay_of_a_score_letter_now_valid_records_it_and_removes_the_letter(
-    cli: Callable[..., Run], store: ResultStore
+    named: str, cli: Callable[..., Run], store: ResultStore
 ) -> None:
     """A body an earlier version rejected is scored now: its record printed, its attempt
     stored under the replay's task id, the letter gone; replaying that id again is unknown."""
@@ -238,7 +249,10 @@ def test_replay_of_a_score_letter_now_valid_records_it_and_removes_the_letter(
 
     run = cli("dead-letters", "replay", letter_id)
 
-    assert (run.code, run.stderr) == (OK, "dead-letters replay: 1 letter: 1 recorded\n")
+    assert (run.code, run.stderr) == (
+        OK,
+        f"dead-letters replay: 1 letter: 1 recorded (store {named})\n",
+    )
     (record,) = run.lines
     assert (record["event"], record["case_id"], record["input_hash"], record["line"]) == (
         "evidence_coverage.scored",
@@ -257,7 +271,7 @@ def test_replay_of_a_score_letter_now_valid_records_it_and_removes_the_letter(
 
 
 def test_replay_all_with_a_reason_replays_those_letters_only(
-    cli: Callable[..., Run], store: ResultStore
+    named: str, cli: Callable[..., Run], store: ResultStore
 ) -> None:
     """--all --reason TEXT: the letters whose reason contains TEXT; the others stay."""
     store.dead_letter(score_letter(VALID_TEXT, line=1))
@@ -265,7 +279,10 @@ def test_replay_all_with_a_reason_replays_those_letters_only(
 
     run = cli("dead-letters", "replay", "--all", "--reason", "bogus")
 
-    assert (run.code, run.stderr) == (OK, "dead-letters replay: 1 letter: 1 recorded\n")
+    assert (run.code, run.stderr) == (
+        OK,
+        f"dead-letters replay: 1 letter: 1 recorded (store {named})\n",
+    )
     assert [each.body for _, each in store.letters_newest_first()] == ["other"]
 
 
@@ -294,7 +311,7 @@ def test_a_replay_asked_for_wrongly_is_one_line_and_touches_nothing(
 
 
 def test_purge_asks_for_yes_then_removes_the_letters_received_before_the_time(
-    cli: Callable[..., Run], store: ResultStore
+    named: str, cli: Callable[..., Run], store: ResultStore
 ) -> None:
     """Without --yes it says how many it would remove (exit 2, none removed); with it, it
     removes those received before --before and no other."""
@@ -311,13 +328,14 @@ def test_purge_asks_for_yes_then_removes_the_letters_received_before_the_time(
     done = cli("dead-letters", "purge", "--before", "2026-12-01T12:30:00Z", "--yes")
     assert (done.code, done.stderr) == (
         OK,
-        "dead-letters purge: removed 1 letter received before 2026-12-01T12:30:00+00:00\n",
+        "dead-letters purge: removed 1 letter received before 2026-12-01T12:30:00+00:00"
+        f" (store {named})\n",
     )
     assert [each.body for _, each in store.letters_newest_first()] == ["new"]
 
 
 def test_explain_of_a_rejected_case_says_when_why_and_which_letter(
-    cli: Callable[..., Run], store: ResultStore, tmp_path: Path
+    named: str, cli: Callable[..., Run], store: ResultStore, tmp_path: Path
 ) -> None:
     """A case only ever rejected: rejected at the letter's time, its reason, its owner and
     the letter's id; exit 2."""
@@ -326,7 +344,7 @@ def test_explain_of_a_rejected_case_says_when_why_and_which_letter(
 
     run = cli("explain", "--case", "junk-1")
 
-    assert (run.code, run.stderr) == (INVALID, "")
+    assert (run.code, run.stderr) == (INVALID, f"explain: case junk-1, rejected (store {named})\n")
     assert run.stdout == (
         "case: junk-1\n"
         f"rejected: {aware(letter.received_at).isoformat()} (never scored: no input hash)\n"
@@ -338,7 +356,7 @@ def test_explain_of_a_rejected_case_says_when_why_and_which_letter(
 
 
 def test_a_worker_letter_still_invalid_is_dead_lettered_again_and_never_sent(
-    cli: Callable[..., Run], store: ResultStore, monkeypatch: pytest.MonkeyPatch
+    named: str, cli: Callable[..., Run], store: ResultStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Checked before it is sent: rejected with its reason, kept as a new letter of the same
     task and position, the old one removed, nothing on the queue; exit 2."""
@@ -357,7 +375,7 @@ def test_a_worker_letter_still_invalid_is_dead_lettered_again_and_never_sent(
     assert run.lines == [{"id": old_id, "case_id": "junk-1", "invalid": EXTRA}]
     assert run.stderr == (
         f"dead-letters replay: 1 letter: 1 still invalid (dead-lettered again: letter {old_id}:"
-        f" {EXTRA})\n"
+        f" {EXTRA}) (store {named})\n"
     )
     new_id, new = only_letter(store)
     assert new_id != old_id

@@ -82,7 +82,8 @@ def test_a_worker_letter_is_removed_only_once_the_worker_has_recorded_its_replay
     task_id = line["replayed_as"]
     assert (code, err) == (
         UNRECORDED,
-        "dead-letters replay: 1 letter: 1 sent and not recorded yet (kept: replay them again)\n",
+        "dead-letters replay: 1 letter: 1 sent and not recorded yet (kept: replay them again)"
+        f" (store {STORE_URL}, broker {BROKER_URL})\n",
     )
     assert line == {
         "id": letter_id,
@@ -101,7 +102,10 @@ def test_a_worker_letter_is_removed_only_once_the_worker_has_recorded_its_replay
         monkeypatch, capsys, key_prefix, queue, letter_id, "--wait", RECORD_WAIT_SECONDS
     )
 
-    assert (code, err) == (OK, "dead-letters replay: 1 letter: 1 recorded\n")
+    assert (code, err) == (
+        OK,
+        f"dead-letters replay: 1 letter: 1 recorded (store {STORE_URL}, broker {BROKER_URL})\n",
+    )
     assert lines == [{**line, "recorded": True}]
     assert store.letter(letter_id) is None
     assert store.still_open([f"{task_id}:0"]) == set()

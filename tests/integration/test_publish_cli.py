@@ -177,10 +177,14 @@ def run_console(args: Sequence[str], *, queue: str, key_prefix: str, stdin: byte
     )
 
 
-def summary(queue: str, messages: int, tasks: int, rejected: int) -> str:
+# Where publish says it noted and sent the messages, at the end of its summary line.
+WHERE = f" (store {STORE_URL}, broker {BROKER_URL})"
+
+
+def summary(queue: str, messages: int, tasks: int, rejected: int, *, where: str = WHERE) -> str:
     return (
         f"publish: sent {counted(messages, 'message')} in {counted(tasks, 'task')} to queue "
-        f"{queue}; {counted(rejected, 'line')} rejected"
+        f"{queue}; {counted(rejected, 'line')} rejected{where}"
     )
 
 
@@ -444,7 +448,7 @@ def sampled_summary(
     queue: str, messages: int, tasks: int, rejected: int, out: int, rate: str
 ) -> str:
     sampled_out = f"{counted(out, 'message')} sampled out (--sample-rate {rate})"
-    return f"{summary(queue, messages, tasks, rejected)}; {sampled_out}"
+    return f"{summary(queue, messages, tasks, rejected, where='')}; {sampled_out}{WHERE}"
 
 
 SAMPLE_CASES = [f"traffic-{n:03d}" for n in range(40)]

@@ -167,7 +167,8 @@ def test_the_documented_worker_flow(launcher: Launcher) -> None:
     assert published.stderr.splitlines() == [
         "evidence-worker publish: line 7 not sent: schema: supported_claim_ids: Field "
         "required; supported_claims: Extra inputs are not permitted",
-        f"publish: sent 9 messages in 9 tasks to queue {queue}; 1 line rejected",
+        f"publish: sent 9 messages in 9 tasks to queue {queue}; 1 line rejected"
+        f" (store {REDIS_URL}, broker {REDIS_URL})",
     ]
 
     # One JSON record per message and one alert on the worker's stdout.
@@ -208,7 +209,9 @@ def test_the_documented_worker_flow(launcher: Launcher) -> None:
     listed, shown = (finish(process) for process in [run(alerts, store_env), run(show, store_env)])
 
     assert listed.code == runs.NONDETERMINISM, listed.stderr
-    assert listed.stderr.splitlines() == ["alerts: 1 nondeterminism, 0 contract drift"]
+    assert listed.stderr.splitlines() == [
+        f"alerts: 1 nondeterminism, 0 contract drift (store {REDIS_URL})"
+    ]
     (alert,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert alert["input_hash"] == conflicting
     assert alert["decision"] == "kept_first"

@@ -17,7 +17,7 @@ from contracts.triage import Finding
 from tests import factories
 from tests.conftest import FIXED_NOW, Run
 from tests.integration.store_factories import build_store
-from worker.stores import ResultStore
+from worker.stores import ResultStore, describe
 
 H1, H2, H3, H4 = ("1" * 64, "2" * 64, "3" * 64, "4" * 64)
 POLICY = ("--min-coverage", "0.85")
@@ -168,7 +168,10 @@ def test_records_are_the_first_outcomes_oldest_first(
     run = cli("records", "--store", url, *POLICY)
 
     assert (run.code, run.lines) == (0, ROWS)
-    assert run.err == "records: 4 rows of 4 first outcomes read; policy cli:0.85\n"
+    assert run.err == (
+        "records: 4 rows of 4 first outcomes read; policy cli:0.85"
+        f" (store {describe(store, url)})\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -238,14 +241,18 @@ def test_without_a_policy_rows_are_report_only(
     assert run.lines == [
         row(H1, "refund-001", 10, status="scored", policy_version=None, threshold=None, owner=None)
     ]
-    assert run.err == "records: 1 row of 4 first outcomes read; report-only (no policy)\n"
+    assert run.err == (
+        "records: 1 row of 4 first outcomes read; report-only (no policy)"
+        f" (store {describe(store, url)})\n"
+    )
 
 
 def test_report_of_the_store_is_the_report_of_its_records(
     store_url: tuple[ResultStore, str], cli: Callable[..., Run], tmp_path: Path
 ) -> None:
     """report --store gives what report gives for the rows `records` prints and the alert
-    lines: the same aggregation, one row per input hash; the conflict's alert is counted."""
+    lines: the same aggregation, one row per input hash; the conflict's alert is counted; it
+    names its store (a file's report names none)."""
     store, url = store_url
     fill(store)
     listed = cli("records", "--store", url, *POLICY)
@@ -260,7 +267,8 @@ def test_report_of_the_store_is_the_report_of_its_records(
     assert (of_store.code, of_file.code) == (0, 0)
     report, expected = json.loads(of_store.out), json.loads(of_file.out)
     assert report["source"] != expected["source"]
-    assert {**report, "source": None} == {**expected, "source": None}
+    assert (report["store"], expected["store"]) == (url, None)
+    assert {**report, "source": None, "store": None} == {**expected, "source": None}
     assert (report["records"], report["nondeterminism_alerts"]) == (4, 1)
     groups = {
         (version["contract_version"], group["policy_group"]): group["statuses"]

@@ -33,7 +33,10 @@ def test_records_reads_an_old_store(cli: Callable[..., Run], old_store: str) -> 
     assert [(r["case_id"], r["status"], r["owner"], r["input_hash"][:8]) for r in run.lines] == ROWS
     assert len({r["recorded_at"] for r in run.lines}) == 1  # one batch, one time
     assert {r["missing_claim_ids"] for r in run.lines} == {None}
-    assert run.err == "records: 7 rows of 7 first outcomes read; policy 2026-12-01\n"
+    assert (
+        run.err
+        == f"records: 7 rows of 7 first outcomes read; policy 2026-12-01 (store {old_store})\n"
+    )
 
 
 def test_report_of_an_old_store_counts_its_rows_without_triage(

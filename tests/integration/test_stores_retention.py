@@ -206,8 +206,9 @@ def test_prune_command_says_what_it_dropped(cli: Callable[..., Run], tmp_path: P
     line = run.err.splitlines()[-1]
     assert line.startswith(
         "prune: 1 attempts, 0 old and 0 expired histories, 0 expired contract rows"
-        f" (before {at(30).isoformat()}) from "
+        f" (before {at(30).isoformat()}); file "
     )
+    assert line.endswith(f" bytes (store {url})")
     assert " bytes" in line
     assert "--vacuum" not in line
     assert len(SQLiteStore(path).history(HASH).attempts) == 0  # type: ignore[union-attr]

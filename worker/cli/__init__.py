@@ -117,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; user errors print one line and exit 2, never a traceback."""
     if (closed := _hold_closed_standard_streams()) is not None:
         return closed
+    _escape_lone_surrogates(sys.stdout)
     try:
         try:
             return _dispatch(argv)
@@ -135,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        # No command: the list of them, as `git` does, on stderr with the usage error's code.
+        parser.print_help(sys.stderr)
+        return INVALID
     args, unrecognized = parser.parse_known_args(argv)
     if unrecognized:
         getattr(args, "command_parser", parser).error(
@@ -184,6 +189,21 @@ def _user_error(error: Exception) -> str | None:
 def _fail(message: str, code: int = INVALID) -> int:
     print(f"{PROG}: {message}", file=sys.stderr)
     return code
+
+
+LOSSY_ERRORS = {"strict", "surrogateescape"}
+
+
+def _escape_lone_surrogates(stream: Any) -> None:
+    """Print a lone surrogate (a legal JSON escape a store may keep in a case ID or a letter,
+    and what bytes that are not UTF-8 become) as its escape, \\ud800, as stderr already does:
+    inside a JSON string that is the same JSON escape again, and one such row no longer stops
+    the listing with a UnicodeEncodeError. Text that is UTF-8 is written as before. (In the C
+    locale Python writes stdout with surrogateescape, which fails on \\ud800 and would write
+    \\udcff as a raw byte, not UTF-8.)"""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None and getattr(stream, "errors", None) in LOSSY_ERRORS:
+        reconfigure(errors="backslashreplace")
 
 
 def _closed_pipe() -> int:

@@ -12,12 +12,29 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from contracts.records import AlertKind
-from worker.cli.common import add_store_option, describe, existing_store, positive_int
+from contracts.records import AlertKind, AnyAlert, ContractDriftAlert
+from worker.cli.common import (
+    add_store_option,
+    describe,
+    existing_store,
+    positive_int,
+    store_name,
+)
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK
+from worker.cli.output import (
+    JSONL,
+    TABLE,
+    Table,
+    add_format_options,
+    cell_text,
+    chosen_format,
+    located,
+)
 from worker.settings import Settings
 
 DEFAULT_LIMIT = 100
+# The hash last, where it may fold onto a second line: `show` needs all of it.
+COLUMNS = ("kind", "raised at", "case", "what differed", "input hash")
 ALERT_KINDS = get_args(AlertKind)
 
 
@@ -55,7 +72,20 @@ def register(commands: Any) -> None:
         choices=ALERT_KINDS,
         help="only alerts of this kind (default: both)",
     )
+    add_format_options(parser)
     parser.set_defaults(handler=run)
+
+
+def alert_cells(alert: AnyAlert) -> tuple[object, ...]:
+    """An alert as a table row: kind, when, case, input hash, and what differed."""
+    if isinstance(alert, ContractDriftAlert):
+        changed = [f"+{claim}" for claim in alert.added_claim_ids or []] + [
+            f"-{claim}" for claim in alert.removed_claim_ids or []
+        ]
+        return (alert.kind, alert.raised_at, alert.case_id, changed, alert.input_hash)
+    first, observed = alert.first, alert.observed
+    differed = f"first {cell_text(first.value)}, then {cell_text(observed.value)}"
+    return (alert.kind, alert.raised_at, first.case_id, differed, alert.input_hash)
 
 
 def iso_time(text: str) -> datetime:
@@ -71,6 +101,7 @@ def iso_time(text: str) -> datetime:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     with existing_store(args, settings) as store:
+        named = store_name(store, args, settings)
         if args.since is None and args.kind is None:
             alerts = store.alerts(limit=args.limit)
             kept = store.alert_count() if len(alerts) == args.limit else len(alerts)
@@ -79,8 +110,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             alerts = store.alerts(limit=args.limit + 1, since=args.since, kind=args.kind)
             kept = len(alerts)
             alerts = alerts[-args.limit :]
-    for alert in alerts:
-        print(alert.model_dump_json())
+    chosen = chosen_format(args)
+    if chosen == JSONL:
+        for alert in alerts:
+            print(alert.model_dump_json())
+    elif chosen == TABLE:
+        table = Table(COLUMNS, wrap="input hash")
+        for alert in alerts:
+            table.add(*alert_cells(alert))
+        table.print()
     counts = Counter(alert.kind for alert in alerts)
     shown = (
         f"alerts: {counts['nondeterminism']} nondeterminism,"
@@ -94,7 +132,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             shown += f" (the newest {len(alerts)}; raise --limit to see more)"
     elif kept > len(alerts):
         shown += f" (the newest {len(alerts)} of {kept} kept; raise --limit to see more)"
-    print(shown, file=sys.stderr)
+    print(located(shown, store=named), file=sys.stderr)
     if counts["nondeterminism"]:
         return NONDETERMINISM
     return INVALID if counts["contract_drift"] else OK

@@ -12,8 +12,10 @@ from worker.cli.common import (
     dumps_line,
     existing_store,
     positive_int,
+    store_name,
 )
 from worker.cli.exit_codes import NONDETERMINISM, OK
+from worker.cli.output import located
 from worker.settings import Settings
 from worker.wording import counted
 
@@ -49,14 +51,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.audit.canary import run_canary
 
     with existing_store(args, settings) as store:
+        named = store_name(store, args, settings)
         result = run_canary(
             store.first_outcomes(), size=None if args.all else args.sample, seed=args.seed
         )
     for difference in result.differences:
         print(dumps_line(difference.as_json()))
-    print(
+    summary = (
         f"canary: re-scored {result.checked:,} of {counted(result.seen, 'stored first outcome')}; "
-        f"{len(result.differences):,} {'differs' if len(result.differences) == 1 else 'differ'}",
-        file=sys.stderr,
+        f"{len(result.differences):,} {'differs' if len(result.differences) == 1 else 'differ'}"
     )
+    print(located(summary, store=named), file=sys.stderr)
     return NONDETERMINISM if result.differences else OK

@@ -80,6 +80,26 @@ def nonempty(convert: Callable[[str], T], what: str) -> Callable[[str], T]:
 STORE_URL = nonempty(str, "use sqlite:///path/to.db or redis://host:port/db")
 
 
+def utf8_text(what: str) -> Callable[[str], str]:
+    """argparse type: text that is UTF-8, as every ID a store keeps is. Bytes that are not
+    reach Python as lone surrogates, which no store can look up (SQLite and Redis would raise
+    as they encode them): a usage error naming them, as \\xff, instead."""
+
+    def check(text: str) -> str:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise argparse.ArgumentTypeError(
+                f"'{display_path(text)}' is not UTF-8 text: {what} are UTF-8"
+            ) from None
+        return text
+
+    return check
+
+
+CASE_ID = utf8_text("case IDs")
+
+
 def add_path(parser: argparse.ArgumentParser, what: str = "JSON-lines file") -> None:
     parser.add_argument(
         "path",
@@ -186,6 +206,39 @@ def existing_store(
         )
     with opened_store(url, settings, read_only=read_only) as store:
         yield store
+
+
+def add_broker_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """--broker, for a command that sends to the workers' queue."""
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        type=nonempty(str, "use redis://host:port/db or amqp://user:password@host:port/vhost"),
+        help=f"{what} (default: $EVIDENCE_BROKER_URL, else redis://localhost:6379/0)",
+    )
+
+
+def with_broker(args: argparse.Namespace, settings: Settings) -> Settings:
+    """`settings` with --broker as the broker, when given: checked as EVIDENCE_BROKER_URL is,
+    and the workers' store defaults to its Redis as it does to EVIDENCE_BROKER_URL's."""
+    from worker.settings import check_broker_url
+
+    broker = getattr(args, "broker", None)
+    if broker is None:
+        return settings
+    try:
+        check_broker_url(broker)
+    except ValueError as error:
+        raise ConfigurationError(f"--broker: {error}") from None
+    return settings.model_copy(update={"broker_url": broker})
+
+
+def store_name(store: ResultStore, args: argparse.Namespace, settings: Settings) -> str:
+    """How a summary line names the store a command opened: its URL, password masked (a Redis
+    Cluster's kind and size after it)."""
+    from worker.stores import describe as describe_store
+
+    return describe_store(store, store_url(args, settings))
 
 
 def add_worker_store_option(parser: argparse.ArgumentParser, what: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from worker.cli.alerts import iso_time
 from worker.cli.common import (
+    add_broker_option,
     add_policy_options,
     add_store_option,
     describe,
@@ -17,8 +18,11 @@ from worker.cli.common import (
     existing_store,
     positive_int,
     store_url,
+    utf8_text,
+    with_broker,
 )
 from worker.cli.exit_codes import OK
+from worker.cli.output import JSONL, TABLE, Table, add_format_options, chosen_format, located
 from worker.errors import InputError
 from worker.settings import Settings
 from worker.stores import ResultStore
@@ -26,6 +30,9 @@ from worker.usage import HelpfulParser
 from worker.wording import counted
 
 NAME = "dead-letters"
+LETTER_ID = utf8_text("letter IDs")
+LIST_COLUMNS = ("id", "received at", "origin", "case", "reason")
+REASON = utf8_text("reasons")
 
 
 def register(commands: Any) -> None:
@@ -56,11 +63,14 @@ def register(commands: Any) -> None:
     listing.add_argument(
         "--since", type=iso_time, metavar="ISO8601", help="only letters received at or after it"
     )
-    listing.add_argument("--reason", metavar="TEXT", help="only letters whose reason contains TEXT")
+    listing.add_argument(
+        "--reason", metavar="TEXT", type=REASON, help="only letters whose reason contains TEXT"
+    )
     listing.add_argument(
         "--limit", type=positive_int, metavar="N", help="only the newest N that match"
     )
     add_store_option(listing)
+    add_format_options(listing)
     listing.set_defaults(handler=run_list)
 
     show = actions.add_parser(
@@ -73,7 +83,9 @@ def register(commands: Any) -> None:
             "`score`. A body over EVIDENCE_DEAD_LETTER_MAX_BYTES was kept cut; stderr says so.",
         ),
     )
-    show.add_argument("letter_id", metavar="ID", help="a letter's id, as `list` prints it")
+    show.add_argument(
+        "letter_id", metavar="ID", type=LETTER_ID, help="a letter's id, as `list` prints it"
+    )
     add_store_option(show)
     show.set_defaults(handler=run_show)
 
@@ -93,10 +105,15 @@ def register(commands: Any) -> None:
         ),
     )
     chosen = replay.add_mutually_exclusive_group()
-    chosen.add_argument("letter_ids", nargs="*", default=[], metavar="ID", help="letters to replay")
+    chosen.add_argument(
+        "letter_ids", nargs="*", default=[], metavar="ID", type=LETTER_ID, help="letters to replay"
+    )
     chosen.add_argument("--all", action="store_true", help="every letter (with --reason: those)")
     replay.add_argument(
-        "--reason", metavar="TEXT", help="with --all: only letters whose reason contains TEXT"
+        "--reason",
+        metavar="TEXT",
+        type=REASON,
+        help="with --all: only letters whose reason contains TEXT",
     )
     replay.add_argument(
         "--wait",
@@ -106,6 +123,7 @@ def register(commands: Any) -> None:
         help="how long to wait for the worker to record the letters sent to it (default 60)",
     )
     add_store_option(replay)
+    add_broker_option(replay, "where a worker's letters are sent")
     add_policy_options(replay)
     replay.set_defaults(handler=run_replay)
 
@@ -143,20 +161,30 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
     from worker.audit.letters import listing_line, select
 
     with existing_store(args, settings) as store:
+        named = where(store, args, settings)
         chosen = select(
             store.letters_newest_first(), since=args.since, reason=args.reason, limit=args.limit
         )
-    for letter_id, letter in chosen:
-        print(dumps_line(listing_line(letter_id, letter)))
-    print(f"{NAME} list: {counted(len(chosen), 'letter')}", file=sys.stderr)
+    shown = chosen_format(args)
+    if shown == JSONL:
+        for letter_id, letter in chosen:
+            print(dumps_line(listing_line(letter_id, letter)))
+    elif shown == TABLE:
+        table = Table(LIST_COLUMNS, wrap="reason")
+        for letter_id, letter in chosen:
+            line = listing_line(letter_id, letter)
+            table.add(line["id"], line["time"], line["origin"], line["case_id"], line["reason"])
+        table.print()
+    print(located(f"{NAME} list: {counted(len(chosen), 'letter')}", store=named), file=sys.stderr)
     return OK
 
 
 def run_show(args: argparse.Namespace, settings: Settings) -> int:
     with existing_store(args, settings) as store:
+        named = where(store, args, settings)
         letter = store.letter(args.letter_id)
         if letter is None:
-            raise unknown_letter(where(store, args, settings), args.letter_id, "show")
+            raise unknown_letter(named, args.letter_id, "show")
     sys.stdout.write(letter.body + "\n")
     if letter.truncated:
         print(
@@ -165,6 +193,7 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
             f" bytes, SHA-256 {letter.body_sha256})",
             file=sys.stderr,
         )
+    print(located(f"{NAME} show: letter {args.letter_id}", store=named), file=sys.stderr)
     return OK
 
 
@@ -177,6 +206,7 @@ def run_replay(args: argparse.Namespace, settings: Settings) -> int:
         raise InputError(f"{NAME} replay: give letter ids (see `{NAME} list`) or --all")
     if args.wait < 0:
         raise InputError(f"{NAME} replay: --wait must be 0 or more seconds, got {args.wait:g}")
+    settings = with_broker(args, settings)
     with existing_store(args, settings) as store:
         letter_ids = _chosen(store, args, settings)
     return replay(letter_ids, args, settings)
@@ -208,8 +238,10 @@ def run_purge(args: argparse.Namespace, settings: Settings) -> int:
                 f"{when}; add --yes to remove {'it' if len(letter_ids) == 1 else 'them'}"
             )
         removed = store.remove_letters(letter_ids)
+        named = where(store, args, settings)
     removed_said = counted(removed, "letter")
-    print(f"{NAME} purge: removed {removed_said} received before {when}", file=sys.stderr)
+    said = f"{NAME} purge: removed {removed_said} received before {when}"
+    print(located(said, store=named), file=sys.stderr)
     return OK
 
 

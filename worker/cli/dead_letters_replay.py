@@ -20,12 +20,20 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from worker.audit.letters import origin, replay_task_id
-from worker.cli.common import Tally, dumps_line, resolve_policy, store_errors, store_url
+from worker.cli.common import (
+    Tally,
+    dumps_line,
+    resolve_policy,
+    store_errors,
+    store_url,
+)
 from worker.cli.exit_codes import INVALID, OK, UNRECORDED
+from worker.cli.output import located
 from worker.errors import ConfigurationError, InputError
 from worker.pipeline.scoring import Delivery
 from worker.settings import Settings
 from worker.stores import DeadLetter
+from worker.stores import describe as describe_store
 from worker.wording import counted
 
 if TYPE_CHECKING:
@@ -86,13 +94,15 @@ def replay(letter_ids: Sequence[str], args: argparse.Namespace, settings: Settin
     url = store_url(args, settings)
     with store_errors(url):
         run = Replay(Service.open(settings, store_url=url, policy=policy), settings, args.wait)
+        named = describe_store(run.store, url)
         try:
             iterator = iter(letter_ids)
             while chunk := list(islice(iterator, CHUNK)):
                 run.chunk(chunk)
         finally:
             run.close()
-    print(run.done.summary(len(letter_ids)), file=sys.stderr)
+    broker = settings.broker_url if run.sent else None
+    print(located(run.done.summary(len(letter_ids)), store=named, broker=broker), file=sys.stderr)
     return run.done.exit_code
 
 
@@ -107,6 +117,7 @@ class Replay:
         self.wait_seconds = wait_seconds
         self.done = Replayed()
         self._app: Celery | None = None
+        self.sent = False  # a worker's letter went to the broker
 
     def chunk(self, letter_ids: Sequence[str]) -> None:
         scores: list[tuple[str, DeadLetter]] = []
@@ -207,6 +218,7 @@ class Replay:
 
         if self._app is None:
             self._app = _publisher(self.settings)
+        self.sent = True
         send_replays(self._app, tasks, queue=self.settings.queue, ledger=self.store)
 
     def close(self) -> None:

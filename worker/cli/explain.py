@@ -16,8 +16,10 @@ from worker.cli.common import (
     existing_store,
     previous_rule_today,
     resolve_policy,
+    store_name,
 )
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
+from worker.cli.output import located
 from worker.cli.show import add_lookup_arguments, no_hash_for_case, unknown_hash
 from worker.settings import Settings
 from worker.stores import History, ResultStore
@@ -56,8 +58,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # An open observation window's previous rule, unless --baseline-policy names one (SPEC §12).
     observing = baseline is None and (baseline := previous_rule_today(policy)) is not None
     with existing_store(args, settings) as store:
+        named = store_name(store, args, settings)
         if args.case is not None and not store.hashes_for_case(args.case, limit=1):
-            return _rejected(store, args.case)
+            code = _rejected(store, args.case)
+            print(located(f"explain: case {args.case}, rejected", store=named), file=sys.stderr)
+            return code
         history, older = _look_up(store, args)
         drift = _drift_of(store, history) if history.first.contract_drift else None
     sys.stdout.write(
@@ -71,6 +76,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             observing=observing,
         )
     )
+    print(located(f"explain: input hash {history.input_hash}", store=named), file=sys.stderr)
     first = history.first
     judgement = judgement_of(first, policy)
     decision = None if judgement is None else judgement.decision

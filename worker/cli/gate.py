@@ -20,8 +20,18 @@ from worker.cli.common import (
     previous_rule_today,
     resolve_policy,
     source_name,
+    store_name,
 )
 from worker.cli.inputs import JsonLines
+from worker.cli.output import (
+    GATE_COLUMNS,
+    JSONL,
+    TABLE,
+    Table,
+    add_format_options,
+    chosen_format,
+    located,
+)
 from worker.cli.progress import over_input
 from worker.errors import InputError
 from worker.settings import Settings
@@ -61,6 +71,7 @@ def register(commands: Any) -> None:
     add_policy_options(parser)
     add_baseline_policy_option(parser)
     add_store_option(parser)
+    add_format_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -77,7 +88,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = over_input("gate", source)
     tally = Tally(alerts_drift=False)
     changed = 0
+    nonblocking = 0
+    chosen = chosen_format(args)
+    # A gate row has no cache outcome; whether it gates is what a reader of the table needs.
+    table = Table(GATE_COLUMNS) if chosen == TABLE else None
+    named = None
     with existing_store(args, settings) if args.store else nullcontext() as store:
+        named = None if store is None else store_name(store, args, settings)
         firsts = FirstSets(store)
         for number, body in source:
             row = gate_row(
@@ -89,15 +106,33 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 firsts=firsts,
                 observing=observing,
             )
-            print(dumps_line(row))
+            if chosen == JSONL:
+                print(dumps_line(row))
+            elif table is not None:
+                table.add(
+                    row["case_id"],
+                    row["status"],
+                    row["value"],
+                    row["owner"],
+                    row["missing_claim_ids"],
+                    {True: "yes", False: "no"}.get(row["blocking"]),
+                )
             tally.add(row["status"], blocking=row["blocking"])
+            nonblocking += row["blocking"] is False and row["status"] in {"fail", "invalid"}
             tally.drifted += row["contract_drift"]
             changed += "policy_change" in row
             progress.tick()
     progress.finish()
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no rows")
+    if table is not None:
+        table.print()
     notes = []
+    if nonblocking:
+        notes.append(
+            f"{counted(nonblocking, 'non-blocking row')} failed or invalid (reported, never "
+            "the exit code)"
+        )
     if observing:
         assert baseline is not None
         assert policy.observe is not None
@@ -109,7 +144,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         notes.append(
             f"{counted(changed, 'row')} changed status against baseline policy {baseline.version}"
         )
-    print(tally.summary("gate", policy, notes=notes), file=sys.stderr)
+    summary = tally.summary("gate", policy, notes=notes)
+    print(summary if named is None else located(summary, store=named), file=sys.stderr)
     return tally.exit_code
 
 

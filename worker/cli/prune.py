@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.alerts import iso_time
-from worker.cli.common import add_store_option, describe, existing_store
+from worker.cli.common import add_store_option, describe, existing_store, store_url
 from worker.cli.exit_codes import OK
+from worker.cli.output import located
 from worker.errors import ConfigurationError
-from worker.settings import Settings, display_path
+from worker.settings import Settings
 
 if TYPE_CHECKING:
     from worker.stores.sqlite_prune import Pruned
@@ -82,12 +83,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.vacuum:
             store.vacuum()
         after = store.path.stat().st_size
-    print(
-        f"prune: {_counts(done)} (before {before.isoformat()}) from "
-        f"{display_path(store.path)}; file {size:,} -> {after:,} bytes"
-        + ("" if args.vacuum else " (--vacuum gives the space back)"),
-        file=sys.stderr,
+    summary = (
+        f"prune: {_counts(done)} (before {before.isoformat()}); file {size:,} -> {after:,} bytes"
+        + ("" if args.vacuum else " (--vacuum gives the space back)")
     )
+    print(located(summary, store=store_url(args, settings)), file=sys.stderr)
     return OK
 
 

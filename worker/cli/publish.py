@@ -9,6 +9,7 @@ from typing import Any
 
 from worker.cli.common import (
     PROG,
+    add_broker_option,
     add_path,
     add_worker_store_option,
     describe,
@@ -16,9 +17,11 @@ from worker.cli.common import (
     positive_int,
     rate,
     source_name,
+    with_broker,
 )
 from worker.cli.exit_codes import INVALID, OK
 from worker.cli.inputs import JsonLines
+from worker.cli.output import located
 from worker.cli.progress import over_input
 from worker.errors import ConfigurationError, InputError
 from worker.settings import REDIS_URL_HINT, Settings, masked_url
@@ -49,6 +52,7 @@ def register(commands: Any) -> None:
     )
     add_path(parser)
     add_worker_store_option(parser, "where messages are noted in the publish ledger")
+    add_broker_option(parser, "where the messages are sent")
     parser.add_argument(
         "--batch",
         type=positive_int,
@@ -73,9 +77,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.runtime.celery_app import create_app
     from worker.upstream.publishing import publish_lines
 
+    settings = with_broker(args, settings)
     source = JsonLines(args.path)
     progress = over_input("publish", source)
     app = create_app(settings)
+    url = None
     bound_broker_waits(app.conf)
     try:
         with ExitStack() as stack:
@@ -121,11 +127,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else f"; {counted(result.sampled_out, 'message')} sampled out (--sample-rate "
         f"{args.sample_rate})"
     )
-    print(
+    summary = (
         f"publish: sent {counted(result.messages, 'message')} in {counted(result.tasks, 'task')} "
-        f"to queue {settings.queue}; {counted(len(result.rejected), 'line')} rejected{sampling}",
-        file=sys.stderr,
+        f"to queue {settings.queue}; {counted(len(result.rejected), 'line')} rejected{sampling}"
     )
+    print(located(summary, store=url, broker=settings.broker_url), file=sys.stderr)
     return INVALID if result.rejected else OK
 
 

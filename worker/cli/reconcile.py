@@ -10,8 +10,16 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import add_worker_store_option, describe, dumps_line, opened_store
+from worker.cli.common import (
+    add_broker_option,
+    add_worker_store_option,
+    describe,
+    dumps_line,
+    opened_store,
+    with_broker,
+)
 from worker.cli.exit_codes import OK, UNRECORDED
+from worker.cli.output import located
 from worker.settings import Settings
 from worker.wording import counted
 
@@ -63,6 +71,7 @@ def register(commands: Any) -> None:
         "--republish", action="store_true", help="send the unrecorded messages to the queue again"
     )
     add_worker_store_option(parser, "the store that keeps the publish ledger")
+    add_broker_option(parser, "with --republish: where the messages are sent")
     parser.set_defaults(handler=run)
 
 
@@ -70,6 +79,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from worker.stores.identity import named_store
     from worker.upstream.reconcile import as_line, cutoff
 
+    settings = with_broker(args, settings)
     url = args.store or settings.result_store_url
     with opened_store(url, settings) as store:
         # Ages by the store's clock, which stamped every entry, never this machine's.
@@ -86,11 +96,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # After the read: a store that cannot be read is one line on stderr, its error.
     print(f"reconcile: read the ledger of {named_store(url, settings)}", file=sys.stderr)
     verb = "sent again" if args.republish else "listed"
-    print(
+    summary = (
         f"reconcile: {counted(found, 'message')} published before {before.isoformat()} "
-        f"{'was' if found == 1 else 'were'} neither recorded nor dead-lettered; {found:,} {verb}",
-        file=sys.stderr,
+        f"{'was' if found == 1 else 'were'} neither recorded nor dead-lettered; {found:,} {verb}"
     )
+    broker = settings.broker_url if args.republish else None
+    print(located(summary, store=url, broker=broker), file=sys.stderr)
     return UNRECORDED if found else OK
 
 

@@ -11,6 +11,7 @@ from contracts.outcomes import Owner, Status
 from contracts.triage import FindingName
 from worker.cli.alerts import iso_time
 from worker.cli.common import (
+    CASE_ID,
     add_policy_options,
     add_store_option,
     describe,
@@ -19,13 +20,25 @@ from worker.cli.common import (
     nonempty,
     previous_rule_today,
     resolve_policy,
+    store_name,
+    utf8_text,
 )
 from worker.cli.exit_codes import OK
+from worker.cli.output import (
+    CSV,
+    JSONL,
+    TABLE,
+    Table,
+    add_format_options,
+    chosen_format,
+    located,
+)
 from worker.errors import InputError
 from worker.settings import Settings
 from worker.wording import counted
 
-FORMATS = ("jsonl", "csv")
+FORMATS = (TABLE, JSONL, CSV)
+COLUMNS = ("case", "status", "value", "owner", "missing IDs", "recorded at")
 
 
 def register(commands: Any) -> None:
@@ -50,7 +63,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--contract",
         metavar="V",
-        type=nonempty(str, "name a contract version"),
+        type=nonempty(utf8_text("contract versions"), "name a contract version"),
         help="only rows of this contract_version (default: all)",
     )
     parser.add_argument(
@@ -75,7 +88,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--case-prefix",
         metavar="P",
-        type=nonempty(str, "give the start of a case ID"),
+        type=nonempty(CASE_ID, "give the start of a case ID"),
         help="only rows whose case_id starts with P (default: all)",
     )
     parser.add_argument(
@@ -91,14 +104,7 @@ def register(commands: Any) -> None:
         metavar="ISO8601",
         help="only rows recorded before this time (default: any time)",
     )
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="jsonl",
-        help="jsonl: one JSON object per line; csv: a header, then one line per row, lists "
-        "as JSON text, a cell starting with = + - @ tab, CR or ' written with a leading ' so "
-        "no spreadsheet runs it as a formula (default: %(default)s)",
-    )
+    add_format_options(parser, FORMATS)
     parser.set_defaults(handler=run)
 
 
@@ -125,20 +131,35 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         previous=previous_rule_today(policy),
     )
     out = sys.stdout
+    chosen = chosen_format(args)
     with existing_store(args, settings) as store:
+        named = store_name(store, args, settings)
         rows = selection.rows(store.first_outcomes_by_time(args.since, args.until))
-        if args.format == "csv":
+        if chosen == CSV:
             writer = SafeWriter(out)
             writer.writerow(FIELDS)
             for row in rows:
                 writer.writerow(csv_cells(row))
-        else:
+        elif chosen == JSONL:
             for row in rows:
                 out.write(dumps_line(row) + "\n")
+        else:
+            table = Table(COLUMNS)
+            for row in rows:
+                table.add(
+                    row["case_id"],
+                    row["status"],
+                    row["value"],
+                    row["owner"],
+                    row["missing_claim_ids"],
+                    row["recorded_at"],
+                )
+            if chosen == TABLE:
+                table.print()
     decided = f"policy {policy.version}" if policy else "report-only (no policy)"
-    print(
+    summary = (
         f"records: {counted(selection.selected, 'row')} of "
-        f"{counted(selection.read, 'first outcome')} read; {decided}",
-        file=sys.stderr,
+        f"{counted(selection.read, 'first outcome')} read; {decided}"
     )
+    print(located(summary, store=named), file=sys.stderr)
     return OK

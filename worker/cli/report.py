@@ -22,7 +22,7 @@ from worker.cli.exit_codes import OK
 from worker.cli.inputs import JsonLines
 from worker.errors import InputError
 from worker.report.days import DEFAULT_TIME_FIELD, TIME_FIELDS
-from worker.settings import Settings, display_path
+from worker.settings import Settings, display_path, masked_url
 
 if TYPE_CHECKING:
     from contracts import Policy
@@ -156,7 +156,8 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
         )
         # The rows are first outcomes only: the store's histories say what was re-graded.
         stability = store_stability(store)
-    return source, report.model_copy(update={"graders": grader_reports(stability.rows)})
+    update = {"graders": grader_reports(stability.rows), "store": masked_url(args.store)}
+    return source, report.model_copy(update=update)
 
 
 def windows_of(policy: Policy | None) -> dict[str, date]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,15 @@ from worker.cli.common import (
 )
 from worker.cli.exit_codes import INTERRUPTED
 from worker.cli.inputs import JsonLines
+from worker.cli.output import (
+    JSONL,
+    SCORE_COLUMNS,
+    TABLE,
+    Discard,
+    Table,
+    add_format_options,
+    chosen_format,
+)
 from worker.cli.progress import Progress, over_input, process_elapsed
 from worker.errors import InputError
 from worker.pipeline.scoring import Delivery
@@ -53,6 +63,7 @@ def register(commands: Any) -> None:
     add_path(parser)
     add_store_option(parser)
     add_policy_options(parser)
+    add_format_options(parser, what=": the record lines as the worker logs them")
     parser.set_defaults(handler=run)
 
 
@@ -64,6 +75,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     source = JsonLines(args.path)
     progress = over_input("score", source)
     tally = Tally()
+    table = records_to_screen(chosen_format(args), settings)
     with store_errors(url):
         service = Service.open(settings, store_url=url, policy=policy)
         store_name = describe_store(service.store, url)
@@ -71,7 +83,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         # rare (worker/runtime/collector.py). Undone after, for a caller in-process.
         thresholds = collector.settle()
         try:
-            score_lines(source, service=service, tally=tally, progress=progress)
+            with HeldInterrupt() as held:
+                score_lines(
+                    source,
+                    service=service,
+                    tally=tally,
+                    progress=progress,
+                    table=table,
+                    between_chunks=held.check,
+                )
         except KeyboardInterrupt:
             progress.finish()
             print(
@@ -86,6 +106,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress.finish()
     if tally.total == 0:
         raise InputError(f"{source_name(args.path)} contains no messages")
+    if table is not None:
+        table.print()
     print(
         f"{tally.summary('score', policy)} ({process_elapsed():.2f}s, store {store_name})",
         file=sys.stderr,
@@ -93,10 +115,65 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return tally.exit_code
 
 
+class HeldInterrupt:
+    """Ctrl-C while a chunk is being recorded is held until the chunk is recorded and
+    counted, then raised between chunks: the interrupted summary's count is then exactly what
+    the store holds (raised at once, mid-chunk, it was off by up to CHUNK rows the store had
+    recorded and the tally not yet counted). A second Ctrl-C stops at once."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._previous: Any = None
+
+    def __enter__(self) -> HeldInterrupt:
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._hold)
+        except ValueError:  # not the main thread: Ctrl-C does not reach this run
+            self._previous = None
+        return self
+
+    def _hold(self, _signum: int, _frame: object) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def check(self) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *_: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _nothing() -> None:
+    return None
+
+
+def records_to_screen(chosen: str, settings: Settings) -> Table | None:
+    """The table a terminal gets instead of the record lines (None: the lines, as the worker
+    logs them). With a table or --quiet, the lines are rendered to nowhere: the records and
+    alerts stay in the store, and `records` and `alerts` list them."""
+    if chosen == JSONL:
+        return None
+    from worker.observability.logging import configure_logging
+
+    configure_logging(settings.log_format, stream=Discard(), schema=settings.log_schema)
+    return Table(SCORE_COLUMNS) if chosen == TABLE else None
+
+
 def score_lines(
-    lines: Iterable[tuple[int, bytes]], *, service: Service, tally: Tally, progress: Progress
+    lines: Iterable[tuple[int, bytes]],
+    *,
+    service: Service,
+    tally: Tally,
+    progress: Progress,
+    table: Table | None = None,
+    between_chunks: Callable[[], None] = _nothing,
 ) -> None:
-    """Score numbered lines through the service, CHUNK at a time; one record per line."""
+    """Score numbered lines through the service, CHUNK at a time; one record per line (and
+    a table row, when a terminal gets a table). `between_chunks` runs after each chunk is
+    recorded and counted (where a held Ctrl-C is raised)."""
     from worker.pipeline.service import is_rejection
 
     run_id = uuid.uuid4().hex[:12]
@@ -121,4 +198,14 @@ def score_lines(
             if record.previous_status is not None:  # an open observation window (SPEC §12)
                 tally.previous_version = record.previous_policy_version
                 tally.previous_changed += record.previous_status != record.status
+            if table is not None:
+                table.add(
+                    record.case_id,
+                    record.status,
+                    record.value,
+                    record.owner,
+                    record.missing_claim_ids,
+                    record.cache,
+                )
         progress.tick(len(chunk))
+        between_chunks()

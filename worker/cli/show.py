@@ -9,11 +9,22 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from worker.cli.common import PROG, add_store_option, describe, existing_store, positive_int
+from worker.cli.common import (
+    CASE_ID,
+    PROG,
+    add_store_option,
+    describe,
+    existing_store,
+    positive_int,
+    store_name,
+    utf8_text,
+)
 from worker.cli.exit_codes import OK
+from worker.cli.output import located
 from worker.errors import InputError
 from worker.settings import Settings
 from worker.stores import History
+from worker.wording import counted
 
 HASH_FORM = "an input hash is 64 lowercase hex digits, as in a record's input_hash"
 _HISTORIES: TypeAdapter[list[History]] = TypeAdapter(list[History])
@@ -44,10 +55,17 @@ def register(commands: Any) -> None:
 def add_lookup_arguments(parser: argparse.ArgumentParser) -> None:
     """HASH or --case CASE_ID, exactly one of them, and the store to look in."""
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("input_hash", nargs="?", metavar="HASH", help="the record's input_hash")
+    target.add_argument(
+        "input_hash",
+        nargs="?",
+        metavar="HASH",
+        type=utf8_text("input hashes"),
+        help="the record's input_hash",
+    )
     target.add_argument(
         "--case",
         metavar="CASE_ID",
+        type=CASE_ID,
         help="a record's case_id: look up the hashes recorded for it (default: give HASH)",
     )
     add_store_option(parser)
@@ -70,11 +88,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.case is None and args.limit is not None:
         raise InputError("--limit applies to show --case CASE_ID only")
     with existing_store(args, settings) as store:
+        named = store_name(store, args, settings)
         if args.case is None:
             history = store.history(args.input_hash)
             if history is None:
                 raise unknown_hash(args.input_hash, "show")
             print(history.model_dump_json(indent=2))
+            print(located(f"show: input hash {args.input_hash}", store=named), file=sys.stderr)
             return OK
         hashes = store.hashes_for_case(args.case, None if args.limit is None else args.limit + 1)
         shown = [store.history(input_hash) for input_hash in hashes[: args.limit]]
@@ -89,4 +109,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             " it has more (raise --limit)",
             file=sys.stderr,
         )
+    said = f"show: {counted(len(histories), 'input hash')} of case {args.case}"
+    print(located(said, store=named), file=sys.stderr)
     return OK

@@ -316,14 +316,14 @@ class Metrics:
             self.store_unavailable.set(1 if waiting else 0)
 
 
-def serve(port: int) -> None:
-    """Serve the sum over all pool processes on `port` (called in the main process)."""
+def serve(port: int, host: str = "0.0.0.0") -> None:
+    """Serve the sum over all pool processes on `host`:`port` (called in the main process)."""
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    start_http_server(port, registry=registry)
+    start_http_server(port, addr=host, registry=registry)
 
 
 def forget_process(pid: int) -> None:

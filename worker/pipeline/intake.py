@@ -7,6 +7,7 @@ enters here, so a bad one is described the same way wherever it came from.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 import orjson
@@ -41,7 +42,9 @@ def parse_message(body: Body, *, max_bytes: int) -> AttributionResult:
         try:
             return AttributionResult.model_validate_json(body)
         except ValidationError as error:
-            raise InputError(not_utf8(body) or describe_validation_error(error)) from None
+            raise InputError(
+                not_utf8(body) or lone_surrogate(body, error) or describe_validation_error(error)
+            ) from None
     if not isinstance(body, Mapping):
         raise InputError(f"message must be a JSON object, got {type(body).__name__}")
     try:
@@ -72,6 +75,37 @@ def not_utf8(body: str | bytes) -> str | None:
     except UnicodeDecodeError as error:
         return f"message is not valid UTF-8 ({error.reason} at byte {error.start})"
     return None
+
+
+# What pydantic's JSON parser says of a \\uXXXX escape of a lone surrogate, which JSON allows.
+_SURROGATE_COMPLAINTS = ("unexpected end of hex escape", "lone leading surrogate")
+# A high surrogate's escape with the low one that pairs it, or either alone.
+_SURROGATE_ESCAPE = re.compile(
+    rb"(\\u[dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?|\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def lone_surrogate(body: str | bytes, error: ValidationError) -> str | None:
+    """Name a lone surrogate as such: the parser calls it "unexpected end of hex escape",
+    which reads as broken JSON, while the line is valid JSON (json.loads takes it) holding a
+    \\uD800-\\uDFFF escape that is not half of a pair, so no Unicode text."""
+    details = error.errors()[0]
+    if details["type"] != "json_invalid" or not any(
+        complaint in details["msg"] for complaint in _SURROGATE_COMPLAINTS
+    ):
+        return None
+    try:
+        json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None  # broken JSON too: the parser's own words
+    raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    lone = (m.group() for m in _SURROGATE_ESCAPE.finditer(raw) if not (m[1] and m[2]))
+    found = next(lone, None)
+    escape = "" if found is None else f" {found.decode('ascii')}"
+    return (
+        f"lone surrogate{escape} in a JSON string: valid JSON, but not Unicode text; "
+        "a surrogate escape must be half of a pair (\\ud83d\\ude00)"
+    )
 
 
 def check_encodable(message: AttributionResult) -> None:

@@ -263,6 +263,8 @@ class UnreadableLine(ReportModel):
 
 class Report(ReportModel):
     source: str
+    # The store's URL (password masked) when the report is of a store (`report --store`).
+    store: str | None = None
     records: int
     skipped: dict[str, int]
     # Lines of Celery's (and other libraries') logs: every event not of ours.

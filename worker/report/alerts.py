@@ -9,6 +9,7 @@ for that version, under no group. An alert placed by neither is counted in the h
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -155,17 +156,25 @@ def alert_hashes(located: Iterable[Located]) -> list[AlertHash]:
     )
 
 
-def inspect_commands(input_hash: str) -> list[str]:
-    """The commands that open the rows behind an alert's hash."""
-    return [f"evidence-worker show {input_hash}", f"evidence-worker explain {input_hash}"]
+def inspect_commands(input_hash: str, store: str | None = None) -> list[str]:
+    """The commands that open the rows behind an alert's hash; in the store the report read,
+    when it read one (pasted without it, they would read the default store)."""
+    where = "" if store is None else f" --store {shlex.quote(store)}"
+    return [
+        f"evidence-worker show {input_hash}{where}",
+        f"evidence-worker explain {input_hash}{where}",
+    ]
 
 
-def alert_hash_lines(hashes: Sequence[AlertHash], not_shown: int) -> list[str]:
+def alert_hash_lines(
+    hashes: Sequence[AlertHash], not_shown: int, store: str | None = None
+) -> list[str]:
     """Each hash named by alerts, with how to open it."""
+    missing = "not in this file" if store is None else "not in this store"
     out = [
         f"alert {a.kind} x{a.alerts}: {a.input_hash} "
-        f"(contract version {a.contract_version or 'not in this file'}): "
-        + "; ".join(inspect_commands(a.input_hash))
+        f"(contract version {a.contract_version or missing}): "
+        + "; ".join(inspect_commands(a.input_hash, store))
         for a in hashes
     ]
     if not_shown:

@@ -71,6 +71,15 @@ table.alert-hashes td, table.alert-hashes th { text-align: left; }
 table.alert-hashes { display: block; max-width: 100%; overflow-x: auto; }
 td.commands { white-space: nowrap; } td.commands code { font-size: 0.85em; }
 td.time, td.nowrap { white-space: nowrap; }
+section.summary dl { display: flex; flex-wrap: wrap; gap: 0.5rem 1.5rem; margin: 0.5rem 0; }
+section.summary dl div { min-width: 5rem; } section.summary dt { color: #555; }
+section.summary dd { margin: 0; font-size: 1.4rem; font-weight: 600; }
+p.source { color: #555; overflow-wrap: anywhere; }
+@media (max-width: 40rem) {
+  body { margin: 0.75rem; }
+  h1 { font-size: 1.2rem; overflow-wrap: anywhere; }
+  table { display: block; max-width: 100%; overflow-x: auto; }
+}
 ul.invalid-reasons ul { margin: 0.1rem 0 0.3rem; color: #555; }
 """
     + DAYS_STYLE
@@ -84,7 +93,8 @@ def render_html(report: Report) -> str:
     title = f"Evidence coverage report: {report.source}"
     body = [
         f"<h1>{escape(title)}</h1>",
-        f"<p>{escape(headline(report))}</p>",
+        *summary_block(report),
+        f'<p class="source">{escape(headline(report))}</p>',
         *([f"<p>{escape(days)}</p>"] if (days := span_line(report.span)) is not None else []),
         *_unreadable(report),
         *alert_hashes(report),
@@ -97,6 +107,8 @@ def render_html(report: Report) -> str:
             "<!DOCTYPE html>",
             '<html lang="en">',
             '<head><meta charset="utf-8">',
+            # A phone's width, not a desktop page shrunk to it: the tables scroll instead.
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{escape(title)}</title>",
             f"<style>{STYLE}{CALIBRATION_STYLE if report.calibration else ''}</style>",
             "</head>",
@@ -107,6 +119,33 @@ def render_html(report: Report) -> str:
             "",
         ]
     )
+
+
+SUMMARY_STATUSES = ("pass", "fail", "invalid", "review")
+
+
+def summary_block(report: Report) -> list[str]:
+    """What a reader needs first: rows, the counts by status, alerts and owners, over every
+    contract version and group (the headline, below it, says what was read)."""
+    groups = [group for version in report.contract_versions for group in version.groups]
+    statuses = {
+        status: sum(group.statuses.get(status, 0) for group in groups)
+        for status in SUMMARY_STATUSES
+    }
+    owners = {owner: sum(group.owners.get(owner, 0) for group in groups) for owner in OWNERS}
+    alerts = report.nondeterminism_alerts + report.contract_drift_alerts
+    figures = [("rows", report.records), *statuses.items(), ("alerts", alerts)]
+    owned = ", ".join(f"{owner} {number(n)}" for owner, n in owners.items() if n) or "none"
+    return [
+        '<section class="summary" aria-label="summary">',
+        "<dl>",
+        *(f"<div><dt>{name}</dt><dd>{number(count)}</dd></div>" for name, count in figures),
+        "</dl>",
+        f"<p>owners of failing and invalid rows: {escape(owned)}; alerts: "
+        f"{number(report.nondeterminism_alerts)} nondeterminism, "
+        f"{number(report.contract_drift_alerts)} contract drift</p>",
+        "</section>",
+    ]
 
 
 def _unreadable(report: Report) -> list[str]:
@@ -132,7 +171,9 @@ def alert_hashes(report: Report) -> list[str]:
             td(a.alerts),
             td("-" if a.first_raised_at is None else iso_utc(a.first_raised_at), "time"),
             f'<td class="commands" data-hash="{escape(a.input_hash)}">'
-            + "<br>".join(f"<code>{escape(c)}</code>" for c in inspect_commands(a.input_hash))
+            + "<br>".join(
+                f"<code>{escape(c)}</code>" for c in inspect_commands(a.input_hash, report.store)
+            )
             + "</td>",
         ]
         for a in report.alert_hashes

@@ -64,15 +64,37 @@ def group_row(group: GroupReport, *, review: bool = False) -> list[str]:
     ]
 
 
-def _alerts_clause(kind: str, total: int, unmatched: int) -> str:
+def _alerts_clause(kind: str, total: int, unmatched: int, *, store: bool = False) -> str:
+    unmatched_said = (
+        "with no first outcome in this store" if store else "with no record in this file"
+    )
     return f"{kind} alerts {number(total)}" + (
-        f" ({number(unmatched)} with no record in this file)" if unmatched else ""
+        f" ({number(unmatched)} {unmatched_said})" if unmatched else ""
     )
 
 
 def headline(report: Report) -> str:
     """What was read: records, skipped lines by event, Celery's log lines (counted apart: not
-    records, and not skipped ones), unreadable lines, alerts of both kinds."""
+    records, and not skipped ones), unreadable lines, alerts of both kinds. Of a store: its
+    first outcomes (one per input hash) and the alerts it keeps, which is all a store holds."""
+    if report.store is not None:
+        return "; ".join(
+            [
+                f"{report.source}: first outcomes {number(report.records)}",
+                _alerts_clause(
+                    "nondeterminism",
+                    report.nondeterminism_alerts,
+                    report.unmatched_nondeterminism_alerts,
+                    store=True,
+                ),
+                _alerts_clause(
+                    "contract drift",
+                    report.contract_drift_alerts,
+                    report.unmatched_contract_drift_alerts,
+                    store=True,
+                ),
+            ]
+        )
     skipped = ", ".join(f"{event} {number(n)}" for event, n in report.skipped.items())
     return "; ".join(
         [
@@ -185,7 +207,10 @@ def render_text(report: Report) -> str:
             out += [f"  {group_label(group.policy_group)}: {note}" for note in group_notes(group)]
         out += days_text(version.days, version.undated, report.span.field)
     if report.alert_hashes:
-        out += ["", *alert_hash_lines(report.alert_hashes, report.alert_hashes_not_shown)]
+        out += [
+            "",
+            *alert_hash_lines(report.alert_hashes, report.alert_hashes_not_shown, report.store),
+        ]
     out += graders_text(report.graders)
     out += calibration_text(report.calibration)
     return "\n".join(out)

@@ -128,7 +128,7 @@ def serve_metrics(sender: Any, **_: Any) -> None:
         metrics.prepare(port)
     except OSError as error:
         exit_unusable(f"{metrics.MULTIPROC_ENV} cannot be used for metrics: {error}")
-    metrics.serve(port)
+    metrics.serve(port, sender.app.settings.metrics_host)
     if not forks_pool_processes(sender.pool_cls):
         export_metrics_at_zero(sender.app)
 
@@ -178,17 +178,17 @@ def notices_as_json_lines(instance: Any, **_: Any) -> None:
 
 def banner_as_json_line(sender: str, instance: Any, **_: Any) -> None:
     """Celery's banner is a dozen plain-text lines on stdout; with JSON logs, its facts are one
-    line and the banner is off (with or without --quiet)."""
+    line and the banner is off (with or without --quiet). With console logs the same facts are
+    one console line, after the banner or, with --quiet (the Procfile's), instead of it."""
     settings = instance.app.settings
-    if settings.log_format != "json":
-        return
     from celery import __version__ as celery_version
 
     from worker.observability.logging import get_logger
     from worker.runtime.pool import forks_pool_processes
     from worker.settings import masked_url
 
-    instance.quiet = True
+    if settings.log_format == "json":
+        instance.quiet = True
     pool = instance.pool_cls
     get_logger().info(
         "evidence_coverage.worker_starting",

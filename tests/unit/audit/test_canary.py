@@ -113,7 +113,7 @@ def test_cli_exits_3_and_prints_each_difference(
     out, err = capsys.readouterr()
     assert code == 3
     assert [json.loads(line)["input_hash"] for line in out.splitlines()] == ["h2"]
-    assert err == "canary: re-scored 2 of 2 stored first outcomes; 1 differs\n"
+    assert err == f"canary: re-scored 2 of 2 stored first outcomes; 1 differs (store {url})\n"
 
 
 def test_cli_exits_0_when_everything_is_reproduced(

@@ -38,9 +38,9 @@ def test_since_lists_the_alerts_raised_at_or_after_it(
 
     assert (run.code, run.hashes) == (3, [f"{2:064x}", f"{3:064x}"])
     assert Alert.model_validate_json(run.out.splitlines()[0]).raised_at == FIXED_NOW - HOUR
-    assert (
-        run.err
-        == "alerts: 2 nondeterminism, 0 contract drift raised since 2026-12-01T11:00:00+00:00\n"
+    assert run.err == (
+        "alerts: 2 nondeterminism, 0 contract drift raised since 2026-12-01T11:00:00+00:00"
+        f" (store {store_url})\n"
     )
 
 
@@ -65,7 +65,7 @@ def test_since_with_more_than_the_limit_says_so(cli: Callable[..., Run], store_u
     assert run.hashes == [f"{2:064x}", f"{3:064x}"]
     assert run.err == (
         "alerts: 2 nondeterminism, 0 contract drift raised since 2026-12-01T00:00:00+00:00"
-        " (the newest 2; raise --limit to see more)\n"
+        f" (the newest 2; raise --limit to see more) (store {store_url})\n"
     )
 
 
@@ -76,9 +76,9 @@ def test_since_after_every_alert_lists_none_and_exits_0(
     run = cli("alerts", "--store", store_url, "--since", "2026-12-01T12:00:01Z")
 
     assert (run.code, run.out) == (0, "")
-    assert (
-        run.err
-        == "alerts: 0 nondeterminism, 0 contract drift raised since 2026-12-01T12:00:01+00:00\n"
+    assert run.err == (
+        "alerts: 0 nondeterminism, 0 contract drift raised since 2026-12-01T12:00:01+00:00"
+        f" (store {store_url})\n"
     )
 
 

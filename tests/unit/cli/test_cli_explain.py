@@ -61,7 +61,10 @@ def test_show_case_prints_every_hash_of_the_case_newest_first(
 
     run = cli("show", "--case", "refund-001", "--store", store_url)
 
-    assert (run.code, run.err) == (0, "")
+    assert (run.code, run.err) == (
+        0,
+        f"show: 2 input hashes of case refund-001 (store {store_url})\n",
+    )
     shown = json.loads(run.out)
     assert [history["input_hash"] for history in shown] == [newer, older]
     attempt = shown[1]["attempts"][0]
@@ -95,8 +98,12 @@ def test_show_case_limit_keeps_the_newest_and_says_there_are_more(
     assert run.err == (
         "evidence-worker show: the newest 1 input hashes of case refund-001 shown; it has more"
         " (raise --limit)\n"
+        f"show: 1 input hash of case refund-001 (store {store_url})\n"
     )
-    assert (len(json.loads(every.out)), every.err) == (2, "")
+    assert (len(json.loads(every.out)), every.err) == (
+        2,
+        f"show: 2 input hashes of case refund-001 (store {store_url})\n",
+    )
 
 
 def test_show_case_with_nothing_recorded_says_so_and_exits_2(
@@ -178,7 +185,7 @@ def test_explain_hash_prints_the_trail_and_exits_1_for_a_failed_row(
 
     run = cli("explain", known, "--store", store_url, "--policy", POLICY)
 
-    assert (run.code, run.err) == (1, "")
+    assert (run.code, run.err) == (1, f"explain: input hash {known} (store {store_url})\n")
     lines = run.out.splitlines()
     assert lines[0:2] == ["case: refund-001", f"input hash: {known}"]
     assert lines[2] == "contract version: support-faq/2026-10"
@@ -299,7 +306,8 @@ def test_explain_with_a_baseline_policy_names_the_release_rule_and_both_threshol
         "explain", known, "--store", store_url, "--policy", POLICY, "--baseline-policy", baseline
     )
 
-    assert (run.code, run.err) == (1, "")  # the current policy alone sets the exit code
+    # the current policy alone sets the exit code
+    assert (run.code, run.err) == (1, f"explain: input hash {known} (store {store_url})\n")
     assert run.out.splitlines()[6:9] == [
         "status: fail under policy 2026-12-01, group default, threshold 0.85",
         "baseline: pass under policy 2026-11-01, group default, threshold 0.6",

@@ -68,7 +68,9 @@ def test_unrecorded_messages_are_one_line_each_and_exit_3(
         f"reconcile: read the ledger of sqlite:///{path} on {socket.gethostname()}\n"
     )
     assert err.splitlines()[1].startswith("reconcile: 2 messages published before ")
-    assert err.endswith(" were neither recorded nor dead-lettered; 2 listed\n")
+    assert err.endswith(
+        f" were neither recorded nor dead-lettered; 2 listed (store sqlite:///{path})\n"
+    )
 
 
 def test_nothing_unrecorded_is_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

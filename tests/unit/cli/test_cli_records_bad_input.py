@@ -43,7 +43,10 @@ CASES: dict[str, Case] = {
     ),
     "records unknown --format": Case(
         ["records", "--store", EMPTY, "--format", "xml"],
-        usage("records", "argument --format: invalid choice: 'xml' (choose from 'jsonl', 'csv')"),
+        usage(
+            "records",
+            "argument --format: invalid choice: 'xml' (choose from 'table', 'jsonl', 'csv')",
+        ),
         usage=True,
     ),
     "records unknown --owner": Case(

@@ -115,7 +115,7 @@ def test_alerts_lists_the_conflict_and_exits_3(
         "refund-001",
         "refund-001-retry",
     )
-    assert run.err == "alerts: 1 nondeterminism, 0 contract drift\n"
+    assert run.err == f"alerts: 1 nondeterminism, 0 contract drift (store {store_url})\n"
 
 
 def test_alerts_says_how_many_are_kept_when_it_shows_fewer(
@@ -137,7 +137,7 @@ def test_alerts_says_how_many_are_kept_when_it_shows_fewer(
     assert [alert["observed"]["case_id"] for alert in run.lines] == ["retry-1", "retry-2"]
     assert run.err == (
         "alerts: 2 nondeterminism, 0 contract drift"
-        " (the newest 2 of 3 kept; raise --limit to see more)\n"
+        f" (the newest 2 of 3 kept; raise --limit to see more) (store {store_url})\n"
     )
 
 
@@ -153,7 +153,7 @@ def test_alerts_on_a_clean_store_exits_0(
     run = cli("alerts", "--store", store_url)
 
     assert (run.code, run.out) == (0, "")
-    assert run.err == "alerts: 0 nondeterminism, 0 contract drift\n"
+    assert run.err == f"alerts: 0 nondeterminism, 0 contract drift (store {store_url})\n"
 
 
 # Contract drift (SPEC §9) ------------------------------------------------------------------
@@ -201,5 +201,7 @@ def test_optional_claims_added_without_a_new_contract_version_are_contract_drift
     assert "1 row with contract drift (0 new alerts)" in runs[1].summary
     listed = cli("alerts", "--kind", "contract_drift", "--store", store_url)
     assert (listed.code, [line["kind"] for line in listed.lines]) == (2, ["contract_drift"])
-    assert listed.err == "alerts: 0 nondeterminism, 1 contract drift (--kind contract_drift)\n"
+    assert listed.err == (
+        f"alerts: 0 nondeterminism, 1 contract drift (--kind contract_drift) (store {store_url})\n"
+    )
     assert cli("alerts", "--kind", "nondeterminism", "--store", store_url).code == 0

@@ -215,10 +215,23 @@ def test_bad_setting_names_its_variable(
 # Usage --------------------------------------------------------------------------------
 
 
+def test_no_command_prints_the_command_list_and_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Bare `evidence-worker`: the help with every command on stderr, nothing on stdout, 2."""
+    code = main([])
+    captured = capsys.readouterr()
+
+    assert (code, captured.out) == (2, "")
+    assert captured.err.startswith("usage: evidence-worker [-h] [--version] COMMAND ...\n")
+    commands = [line.split()[0] for line in captured.err.splitlines() if line.startswith("    ")]
+    assert commands[:2] == ["score", "gate"]
+    assert {"records", "report", "dead-letters", "publish", "completion"} <= set(commands)
+
+
 @pytest.mark.parametrize(
     ("argv", "error"),
     [
-        pytest.param([], "the following arguments are required: COMMAND", id="no-command"),
         pytest.param(["bogus"], "argument COMMAND: invalid choice: 'bogus'", id="unknown-command"),
         pytest.param(["score"], "the following arguments are required: PATH", id="score-no-path"),
         pytest.param(["gate"], "the following arguments are required: PATH", id="gate-no-path"),

@@ -23,8 +23,9 @@ PACKAGES = ("contracts", "worker")
 BUILDS_FROM_ENVIRONMENT = "worker.app"
 BAD_ENVIRONMENT = {"EVIDENCE_BROKER_URL": "ftp://nope"}
 REFUSAL = (
-    "evidence-worker: configuration error: EVIDENCE_BROKER_URL: ftp://nope: unknown broker "
-    "scheme 'ftp': use redis://host:port/db or amqp://user:password@host:port/vhost\n"
+    "evidence-worker: configuration error: EVIDENCE_BROKER_URL: ftp://nope: unsupported broker "
+    "scheme 'ftp' (accepted: redis://, rediss://, amqp://, amqps://): use redis://host:port/db "
+    "or amqp://user:password@host:port/vhost\n"
 )
 
 

@@ -172,6 +172,7 @@ def test_cli_json_prints_one_object_of_exact_structure(
     }
     assert json.loads(run.out) == {
         "source": str(path),
+        "store": None,  # a file's report; report --store names its store
         "records": 3,
         "skipped": {},
         "log_lines": 0,

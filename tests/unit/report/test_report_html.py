@@ -299,3 +299,75 @@ def test_html_shows_the_sparse_warning_and_old_records(
         in (text)
     )
     assert page.table("missing-claims") == []
+
+
+class Summary(HTMLParser):
+    """The page's summary block: each <dt> with its <dd>, and the text of its paragraph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[str, str] = {}
+        self.note = ""
+        self.viewport: str | None = None
+        self._in: list[str] = []
+        self._term = ""
+        self._section = False
+        self.first_after_h1: str | None = None
+        self._after_h1 = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "meta" and found.get("name") == "viewport":
+            self.viewport = found.get("content")
+        if self._after_h1 and self.first_after_h1 is None:
+            self.first_after_h1 = f"{tag}.{found.get('class', '')}"
+        if tag == "section" and found.get("class") == "summary":
+            self._section = True
+        self._in.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section":
+            self._section = False
+        if tag == "h1":
+            self._after_h1 = True
+        if self._in:
+            self._in.pop()
+
+    def handle_data(self, data: str) -> None:
+        if not self._section or not self._in:
+            return
+        if self._in[-1] == "dt":
+            self._term = data
+        elif self._in[-1] == "dd":
+            self.figures[self._term] = data
+        elif self._in[-1] == "p":
+            self.note += data
+
+
+def test_html_opens_with_a_summary_block_and_fits_a_phone(
+    html_report: Callable[..., tuple[Run, Path]],
+) -> None:
+    """Right under the title: rows, pass, fail, invalid, review, alerts, then the owners of
+    the failing rows; the page declares a device-width viewport."""
+    _, out = html_report(
+        [record(), record(case_id="case-2"), failed(["a"], ("a", "not_cited")), invalid()]
+    )
+
+    page = Summary()
+    page.feed(out.read_text(encoding="utf-8"))
+    page.close()
+
+    assert page.first_after_h1 == "section.summary"
+    assert page.figures == {
+        "rows": "4",
+        "pass": "2",
+        "fail": "1",
+        "invalid": "1",
+        "review": "0",
+        "alerts": "0",
+    }
+    assert page.note == (
+        "owners of failing and invalid rows: product 1, evaluation-data 1; alerts: "
+        "0 nondeterminism, 0 contract drift"
+    )
+    assert page.viewport == "width=device-width, initial-scale=1"
