@@ -112,11 +112,20 @@ class Table:
 
         console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=False)
         table = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-        for column in self.columns:
+        widths = fitted_widths(
+            [
+                max([len(column), *(len(row[i]) for row in self.rows)])
+                for i, column in enumerate(self.columns)
+            ],
+            floors=[len(column) for column in self.columns],
+            room=console.width - COLUMN_GAP * (len(self.columns) - 1) - EDGES,
+            folds=self.columns.index(self.wrap) if self.wrap in self.columns else None,
+        )
+        for column, width in zip(self.columns, widths, strict=True):
             wraps = column == self.wrap
             table.add_column(
                 column,
-                min_width=len(column),
+                width=width,
                 overflow="fold" if wraps else "ellipsis",
                 no_wrap=not wraps,
             )
@@ -137,6 +146,31 @@ class Table:
                     style="dim",
                 )
             )
+
+
+# What rich's SIMPLE_HEAD table without edges adds to its columns' widths, as measured on a line:
+# three spaces between two columns (padding, the blank rule, padding), two more in all.
+COLUMN_GAP = 3
+EDGES = 2
+
+
+def fitted_widths(
+    natural: list[int], *, floors: list[int], room: int, folds: int | None = None
+) -> list[int]:
+    """Column widths that fit `room` characters: each column's natural width, cut one
+    character at a time, never below its floor: first the column that folds onto more lines
+    (`folds`, which loses nothing), then the widest. A table wider than the terminal would lose
+    its last columns whole to rich's cropping (the cache column on 80 columns)."""
+    widths = list(natural)
+    if folds is not None:
+        widths[folds] = max(floors[folds], min(widths[folds], room - sum(natural) + natural[folds]))
+    while sum(widths) > room:
+        cuttable = [i for i, width in enumerate(widths) if width > floors[i]]
+        if not cuttable:
+            break  # narrower than the floors: the terminal crops, as any program's would
+        widest = max(cuttable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
 
 
 def cell_text(value: Any) -> str:

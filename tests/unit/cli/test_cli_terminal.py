@@ -5,6 +5,7 @@ the summary; on a pipe the JSON lines as before, without importing rich; --forma
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import pty
@@ -203,3 +204,25 @@ def test_the_pipe_path_never_builds_a_table(
     assert run.code in (2, 3)
     assert all(line.startswith("{") for line in run.out.splitlines())
     assert len(run.out.splitlines()) in (4, 11)  # gate: 4 rows; score: 10 records, 1 alert
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_every_column_fits_the_terminal_width(
+    columns: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal narrower than the rows, long cells are cut with an ellipsis and no column
+    is lost: the last one, cache, stays on 80 and 60 columns."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    table = Table(SCORE_HEADER)
+    table.add("refund-002-rerun", "fail", 0.6667, "attribution",
+              ["ship-cost", "ship-region", "ship-tracking"], "miss")  # fmt: skip
+    table.add("transfer-fee-007", "invalid", None, "evaluation-data", None, "conflict")
+    screen = io.StringIO()
+
+    table.print(screen)
+
+    lines = screen.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= columns
+    assert lines[0].split() == ["case", "status", "value", "owner", "missing", "IDs", "cache"]
+    assert lines[2].split()[-1] == "miss"
+    assert lines[3].split()[-1] == "conflict"
