@@ -155,6 +155,9 @@ class DurableStore(RecordOne):
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         return self.inner.hashes_for_case(case_id, limit)
 
+    def recorded_writes(self, writes: Sequence[tuple[str, str]]) -> list[bool]:
+        return self.inner.recorded_writes(writes)
+
     def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
         return self.inner.first_required(contract_version, case_id)
 
