@@ -5,6 +5,7 @@ EvidenceError
 ├── InputError             permanent: the message or input file is unusable
 │   └── OversizeMessage
 └── TransientError         retryable: the store or broker is unreachable for now
+    └── SentUnconfirmed    the broker took the messages; the ledger could not confirm them
 
 contracts.PolicyError (a ValueError, no I/O) is turned into ConfigurationError at start-up.
 """
@@ -30,3 +31,13 @@ class OversizeMessage(InputError):
 
 class TransientError(EvidenceError):
     """Raised when the store is unreachable for now; tasks retry these with backoff."""
+
+
+class SentUnconfirmed(TransientError):
+    """Raised when the broker took a publisher's messages but the store could not confirm
+    their ledger notes: they were sent, and reconcile will not find them if the broker loses
+    them (worker/stores/ledger.py). `sent`: how many messages."""
+
+    def __init__(self, message: str, *, sent: int) -> None:
+        super().__init__(message)
+        self.sent = sent

@@ -121,8 +121,11 @@ class DurableStore(RecordOne):
     def forget_deliveries(self, task_id: str) -> None:
         self._write(lambda: self.inner.forget_deliveries(task_id))
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
-        self._write(lambda: self.inner.note_published(entries))
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
+        self._write(lambda: self.inner.note_published(entries, sent=sent))
+
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        self._write(lambda: self.inner.confirm_sent(write_ids))
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
         self._write(lambda: self.inner.close_entries(write_ids))
