@@ -323,8 +323,11 @@ def reconcile(
     Those noted over `after_seconds` ago (EVIDENCE_RECONCILE_AFTER_SECONDS; 0: none) are sent
     again, or dead-lettered once EVIDENCE_MAX_REPUBLISHES copies went unrecorded
     (upstream/reconcile.py heal()), by one run at a time: a run that finds the store's lease
-    held leaves them to it. Then the gauge counts those over `older_than_seconds` still open,
-    and one line says what the run did: a WARNING while anything was lost, else INFO.
+    held leaves them to it. Then the gauge counts those still open that the self-heal will not
+    take care of: over `older_than_seconds` and, while it republishes, over `after_seconds`
+    too (younger ones it sends at a later run; the alert on the gauge must not page for them).
+    A heal that failed (the broker away) still sets the gauge before its error goes up. One
+    line says what the run did: a WARNING while anything was lost, else INFO.
     """
     from worker.upstream.reconcile import Healed, cutoff, heal
 
@@ -333,6 +336,8 @@ def reconcile(
     seconds = older_than_seconds or settings.reconcile_older_than_seconds
     after = settings.reconcile_after_seconds if after_seconds is None else after_seconds
     now = store.ledger_now()  # the store's clock, which stamped every entry
+    # Copies the heal sends are noted after `now`: only what is still lost counts.
+    before = cutoff(timedelta(seconds=max(seconds, after)), now=now)
     healed, republishing = Healed(), "off"
     if after > 0:
         holder = self.request.id or str(uuid.uuid4())
@@ -348,6 +353,9 @@ def reconcile(
                     max_republishes=settings.max_republishes,
                     now=now,
                 )
+            except Exception:
+                service.metrics.ledger_unrecorded(store.count_unrecorded(published_before=before))
+                raise
             finally:
                 store.give_back_lease(RECONCILE_LEASE, holder)
         else:
@@ -355,8 +363,6 @@ def reconcile(
     service.metrics.healed(
         republished=len(healed.republished), dead_lettered=len(healed.dead_lettered)
     )
-    # Copies just sent were noted after `now`: only what is still lost counts.
-    before = cutoff(timedelta(seconds=seconds), now=now)
     count = store.count_unrecorded(published_before=before)
     service.metrics.ledger_unrecorded(count)
     counts = {
@@ -366,7 +372,7 @@ def reconcile(
     }
     fields: dict[str, Any] = {
         **counts,
-        "older_than_seconds": seconds,
+        "older_than_seconds": max(seconds, after),
         "republish_after_seconds": after,
         "republishing": republishing,
     }
