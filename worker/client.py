@@ -10,9 +10,9 @@ No Celery import is needed by the caller; messages are validated before they are
 noted in the store's publish ledger first (worker/stores/ledger.py), so `reconcile` can find
 any that a broker loses. A publish that raises sent nothing (its note stays unconfirmed: nobody
 will send it); one the broker took whose note the store could not confirm returns its task id
-and logs a WARNING `evidence_coverage.ledger_unconfirmed`. With `sample_rate=R`, a client sends only the messages whose case ID
-is in the deterministic sample at R (contracts/sampling.py), the cases `publish --sample-rate
-R` would send.
+and logs a WARNING `evidence_coverage.ledger_unconfirmed`. With `sample_rate=R`, a client
+sends only the messages whose case ID is in the deterministic sample at R
+(contracts/sampling.py), the cases `publish --sample-rate R` would send.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ sends; `--from-line` sends them, once.
 On SQLite (its note's transaction finds the file locked), a single Redis behind a proxy that
 drops the note's reply (the note lands, the client times out after 10 s: a note "written to
 the store whose write failed") and a Redis Cluster (CLIENT PAUSE WRITE on every master past
-the client's timeout: the note never lands), the broker the shared Redis. Every message is accounted for by case ID.
+the client's timeout: the note never lands), the broker the shared Redis. Every message is
+accounted for by case ID.
 """
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ def fails_on_second_note(
     kind: str, store_url: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[[], None]]:
     """The store's second note of a publish meets a real fault; yields the wait for its end."""
-    store_class = {"sqlite": SQLiteStore, "redis": RedisStore, "cluster": RedisClusterStore}[kind]
+    classes: dict[str, Any] = {
+        "sqlite": SQLiteStore,
+        "redis": RedisStore,
+        "cluster": RedisClusterStore,
+    }
+    store_class = classes[kind]
     real = store_class.note_published
     calls: list[int] = []
     lock: list[sqlite3.Connection] = []

@@ -105,9 +105,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from kombu.exceptions import OperationalError
 
     from worker.runtime.celery_app import create_app
-    from worker.upstream.publishing import publish_lines
-
-    from worker.upstream.publishing import Published
+    from worker.upstream.publishing import Published, publish_lines
 
     source = JsonLines(args.path)
     lines = FromLine(source, args.from_line)
@@ -176,9 +174,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return INVALID if result.rejected else OK
 
 
-def _say_unsent(
-    args: argparse.Namespace, settings: Settings, result: Published, what: str
-) -> None:
+def _say_unsent(args: argparse.Namespace, settings: Settings, result: Published, what: str) -> None:
     """Before main() says why: what was sent, and the first line not sent (where to resume).
     Nothing when nothing was sent: main()'s one line says it all (run it again)."""
     if not result.messages:

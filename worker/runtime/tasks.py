@@ -88,7 +88,7 @@ def deliver(task: Task, bodies: list[Any], *, refuse: str | None = None) -> list
         try:
             # Built on first use in each pool process: a policy file or store that went away
             # since the worker started fails here, and must not fail the task (an ack).
-            service = task.app.service()
+            service: Service = task.app.service()
             if refuse is not None:
                 return service.reject(bodies, refuse, delivery)
             return _delivered(service, _positioned(bodies, delivery), delivery, direct=direct)

@@ -504,9 +504,8 @@ class RedisClusterStore(RedisStore):
     def confirm_sent(self, write_ids: Sequence[str]) -> None:
         if not write_ids or self.ledger_ttl_seconds <= 0:
             return
-        commands = [
-            self.scripts.call("confirm", keys, args) for keys, args in self._confirm_calls(write_ids)
-        ]
+        calls = self._confirm_calls(write_ids)
+        commands = [self.scripts.call("confirm", keys, args) for keys, args in calls]
         self._call(lambda: self._run(commands))
 
     def close_entries(self, write_ids: Sequence[str]) -> None:

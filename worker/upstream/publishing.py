@@ -273,34 +273,8 @@ def publish_lines(
     pending: list[tuple[AttributionResult, str]] = []
     pending_bytes = 0
     pending_line = 0  # the first line of the pending messages
-    last_line = 0  # the last line read
-    chunk: list[Outgoing] = []
-    first_lines: dict[str, int] = {}  # each task of the chunk's first line
     with app.producer_or_acquire() as producer:
-        taken: list[Outgoing] = []
-
-        def sent(task: Outgoing) -> None:
-            taken.append(task)
-            result.messages += len(task.entries)
-            result.tasks += 1
-
-        def send_chunk() -> None:
-            taken.clear()
-            try:
-                send_noted(app, chunk, queue=queue, ledger=ledger, producer=producer, on_sent=sent)
-            except BaseException:
-                # Tasks go in order: the first one not taken, else the line after the last
-                # read (none when every line was read: only the confirmation failed).
-                unsent = chunk[len(taken) :]
-                if unsent:
-                    result.first_unsent = first_lines[unsent[0].task_id]
-                elif not result.read_all:
-                    result.first_unsent = last_line + 1
-                raise
-            finally:
-                on_progress(result.messages)  # what was sent before a failure too
-            chunk.clear()
-            first_lines.clear()
+        chunk = _Chunk(app, queue, ledger, producer, result, on_progress)
 
         def close_task() -> None:
             nonlocal pending_bytes
@@ -311,15 +285,14 @@ def publish_lines(
                     max_message_bytes=max_message_bytes,
                     now=datetime.now(UTC),
                 )
-                chunk.append(task)
-                first_lines[task.task_id] = pending_line
+                chunk.add(task, pending_line)
                 pending.clear()
                 pending_bytes = 0
-            if sum(len(task.entries) for task in chunk) >= NOTE_CHUNK:
-                send_chunk()
+            if chunk.messages >= NOTE_CHUNK:
+                chunk.send()
 
         for number, body in lines:
-            last_line = number
+            chunk.last_line = number
             try:
                 message = parse_message(body, max_bytes=max_message_bytes)
             except InputError as error:
@@ -341,6 +314,59 @@ def publish_lines(
                 close_task()
         result.read_all = True
         close_task()
-        if chunk:
-            send_chunk()
+        if chunk.tasks:
+            chunk.send()
     return result
+
+
+@dataclass
+class _Chunk:
+    """publish_lines' tasks noted and sent together (NOTE_CHUNK messages), each with its first
+    input line, so that a failure names the first line not sent."""
+
+    app: Celery
+    queue: str
+    ledger: Ledger | None
+    producer: Producer
+    result: Published
+    on_progress: Callable[[int], None]
+    tasks: list[Outgoing] = field(default_factory=list)
+    first_lines: dict[str, int] = field(default_factory=dict)
+    last_line: int = 0  # the last input line read
+
+    @property
+    def messages(self) -> int:
+        return sum(len(task.entries) for task in self.tasks)
+
+    def add(self, task: Outgoing, first_line: int) -> None:
+        self.tasks.append(task)
+        self.first_lines[task.task_id] = first_line
+
+    def send(self) -> None:
+        result, before = self.result, self.result.tasks
+        try:
+            send_noted(
+                self.app,
+                self.tasks,
+                queue=self.queue,
+                ledger=self.ledger,
+                producer=self.producer,
+                on_sent=self._sent,
+            )
+        except BaseException:
+            # Tasks go in order: the first one not taken; else the line after the last read
+            # (none when every line was read: only the confirmation failed).
+            unsent = self.tasks[result.tasks - before :]
+            if unsent:
+                result.first_unsent = self.first_lines[unsent[0].task_id]
+            elif not result.read_all:
+                result.first_unsent = self.last_line + 1
+            raise
+        finally:
+            self.on_progress(result.messages)  # what was sent before a failure too
+        self.tasks.clear()
+        self.first_lines.clear()
+
+    def _sent(self, task: Outgoing) -> None:
+        self.result.messages += len(task.entries)
+        self.result.tasks += 1
