@@ -337,7 +337,8 @@ def reconcile(
     after = settings.reconcile_after_seconds if after_seconds is None else after_seconds
     now = store.ledger_now()  # the store's clock, which stamped every entry
     # Copies the heal sends are noted after `now`: only what is still lost counts.
-    before = cutoff(timedelta(seconds=max(seconds, after)), now=now)
+    counted = max(timedelta(seconds=seconds), timedelta(seconds=after))
+    before = cutoff(counted, now=now)
     healed, republishing = Healed(), "off"
     if after > 0:
         holder = self.request.id or str(uuid.uuid4())
@@ -372,7 +373,7 @@ def reconcile(
     }
     fields: dict[str, Any] = {
         **counts,
-        "older_than_seconds": max(seconds, after),
+        "older_than_seconds": round(counted.total_seconds()),
         "republish_after_seconds": after,
         "republishing": republishing,
     }
