@@ -8,9 +8,11 @@
 
 No Celery import is needed by the caller; messages are validated before they are sent, and
 noted in the store's publish ledger first (worker/stores/ledger.py), so `reconcile` can find
-any that a broker loses. With `sample_rate=R`, a client sends only the messages whose case ID
-is in the deterministic sample at R (contracts/sampling.py), the cases `publish --sample-rate
-R` would send.
+any that a broker loses. A publish that raises sent nothing (its note stays unconfirmed: nobody
+will send it); one the broker took whose note the store could not confirm returns its task id
+and logs a WARNING `evidence_coverage.ledger_unconfirmed`. With `sample_rate=R`, a client
+sends only the messages whose case ID is in the deterministic sample at R
+(contracts/sampling.py), the cases `publish --sample-rate R` would send.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from contracts import Attempt, AttributionResult
 from contracts.hashing import hash_of, judgement_inputs
 from contracts.messages import Context, Grader
 from contracts.sampling import check_rate, sampled
+from worker.errors import SentUnconfirmed
+from worker.observability.logging import get_logger
 from worker.settings import Settings, load_settings
 from worker.stores import History, ResultStore, open_store
 from worker.upstream.publishing import outgoing, send_noted
@@ -128,12 +132,21 @@ class EvidenceClient:
             max_message_bytes=self.settings.max_message_bytes,
             now=datetime.now(UTC),
         )
-        send_noted(
-            self._app,
-            [task],
-            queue=self.settings.queue,
-            ledger=self.store if self.settings.ledger_ttl_seconds > 0 else None,
-        )
+        try:
+            send_noted(
+                self._app,
+                [task],
+                queue=self.settings.queue,
+                ledger=self.store if self.settings.ledger_ttl_seconds > 0 else None,
+            )
+        except SentUnconfirmed as error:
+            # Sent: raising would have the caller send it again. Said, not hidden.
+            get_logger().warning(
+                "evidence_coverage.ledger_unconfirmed",
+                task_id=task.task_id,
+                case_ids=[entry.case_id for entry in task.entries],
+                problem=str(error),
+            )
         return task.task_id
 
     def close(self) -> None:

@@ -5,7 +5,8 @@ EvidenceError
 ├── InputError             permanent: the message or input file is unusable
 │   └── OversizeMessage
 └── TransientError         retryable: the store or broker is unreachable for now
-    └── StoreBusy          retryable: the store answers but cannot take writes yet
+    ├── StoreBusy          retryable: the store answers but cannot take writes yet
+    └── SentUnconfirmed    the broker took the messages; the ledger could not confirm them
 
 contracts.PolicyError (a ValueError, no I/O) is turned into ConfigurationError at start-up.
 """
@@ -37,3 +38,13 @@ class StoreBusy(TransientError):
     """Raised when the store answers but cannot take a write yet: its replicas have not
     confirmed it (or are in their first sync), it is loading its data, it cannot persist
     (MISCONF), it is full, or it is a replica. The URL is right: waiting is the fix."""
+
+
+class SentUnconfirmed(TransientError):
+    """Raised when the broker took a publisher's messages but the store could not confirm
+    their ledger notes: they were sent, and reconcile will not find them if the broker loses
+    them (worker/stores/ledger.py). `sent`: how many messages."""
+
+    def __init__(self, message: str, *, sent: int) -> None:
+        super().__init__(message)
+        self.sent = sent

@@ -115,3 +115,55 @@ def test_a_worker_letter_is_removed_only_once_the_worker_has_recorded_its_replay
         1,
         [task_id],
     )
+
+
+def test_a_letter_whose_message_is_recorded_under_its_write_id_is_removed_and_never_sent(
+    store: RedisStore,
+    key_prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A letter written at the delivery limit for a message whose write had landed (only the
+    replicas' wait failed): replay finds the write under the letter's task ID and position,
+    removes the letter, sends nothing and adds no attempt."""
+    from worker.pipeline.scoring import Delivery
+    from worker.pipeline.service import Service
+    from worker.settings import Settings
+
+    queue = f"test-queue-{uuid.uuid4().hex[:10]}"
+    settings = Settings(key_prefix=key_prefix)
+    service = Service.open(settings, store_url=STORE_URL, policy=None)
+    try:
+        service.handle([(dict(BASE_MESSAGE), Delivery(task_id="task-landed", position=0))])
+    finally:
+        service.close()
+    reason = "delivered 4 times without completing (limit EVIDENCE_MAX_DELIVERIES=3)"
+    store.dead_letter(
+        DeadLetter(
+            received_at=datetime.now(UTC),
+            error=reason,
+            body=json.dumps(BASE_MESSAGE),
+            task_id="task-landed",
+            position=0,
+        )
+    )
+    ((letter_id, _),) = list(store.letters_newest_first())
+
+    code, lines, err = replay(monkeypatch, capsys, key_prefix, queue, "--all")
+
+    assert (code, err) == (
+        OK,
+        "dead-letters replay: 1 letter: 1 recorded before under their write id (removed, "
+        "nothing sent)\n",
+    )
+    assert lines == [
+        {"id": letter_id, "case_id": "refund-001", "recorded": True, "already_recorded": True}
+    ]
+    assert list(store.letters_newest_first()) == []
+    assert queue_length(BROKER_URL, queue) == 0
+    history = store.history(hash_of(BASE_MESSAGE))
+    assert history is not None
+    assert (history.total_attempts, [each.task_id for each in history.attempts]) == (
+        1,
+        ["task-landed"],
+    )

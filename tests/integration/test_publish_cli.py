@@ -664,8 +664,8 @@ def test_an_unreachable_broker_is_one_clear_line(publish: Callable[..., Run]) ->
 def test_a_publish_the_broker_refused_leaves_no_entry_for_reconcile_to_list(
     publish: Callable[..., Run], key_prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Each message is noted before its task is sent; a send that fails closes the entries
-    of what was not sent, so reconcile finds no false loss (and would republish nothing)."""
+    """Each message is noted before its task is sent, and published in the ledger only once
+    the broker took it: reconcile finds no false loss (and would republish nothing)."""
     url = f"redis://127.0.0.1:{free_port()}/0"
 
     run = publish(str(EXAMPLE), "--batch", "2", env={"EVIDENCE_BROKER_URL": url})
@@ -703,8 +703,9 @@ def test_a_broker_failing_midway_says_what_went_and_the_ledger_keeps_just_that(
 
     assert run.code == INVALID
     assert run.stderr_lines[-2:] == [
-        f"publish: sent 4 messages to queue {queue} before the broker failed; the rest were "
-        "not sent, and the ledger keeps no entry for them",
+        f"publish: the broker failed: line 5 and every line after it were not sent, and "
+        f"nothing will send them; sent 4 messages to queue {queue} before it; resume with "
+        f"`{PROG} publish {EXAMPLE} --from-line 5`",
         f"{PROG}: broker unreachable (Connection reset by peer); check EVIDENCE_BROKER_URL",
     ]
     assert [sent.task_id for sent in queued(queue)] == calls[:2]

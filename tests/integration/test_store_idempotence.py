@@ -8,7 +8,7 @@ import socket
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -227,6 +227,38 @@ def test_write_ids_of_the_newest_attempts_are_kept_beyond_the_bound(
     assert store.history(HASH).total_attempts == 11  # type: ignore[union-attr]
 
 
+def test_recorded_writes_names_the_writes_a_retry_would_replay(store: ResultStore) -> None:
+    """Each (hash, write id) the store holds is True, as record() would find it; another
+    position, another task or another hash is False; asking writes nothing."""
+    store.record_many(batch(), now=FIXED_NOW, write_ids=IDS)
+    stored = counts(store)
+
+    found = store.recorded_writes(
+        [
+            (HASH, "task-9:0"),
+            (HASH, "task-9:2"),
+            (OTHER_HASH, "task-9:3"),
+            (HASH, "task-9:3"),
+            (HASH, "task-8:0"),
+            (THIRD_HASH, "task-9:0"),
+        ]
+    )
+
+    assert found == [True, True, True, False, False, False]
+    assert counts(store) == stored
+    assert store.recorded_writes([]) == []
+
+
+def test_recorded_writes_forgets_what_the_bound_forgot(make_store: StoreFactory) -> None:
+    """Past the bound of 3 the oldest write id is no longer held: record() would count it
+    new, so the question answers False too."""
+    store = make_store(max_attempts_per_hash=3)
+    for n in range(10):
+        store.record(HASH, attempt(n), now=FIXED_NOW, write_id=f"task-{n}:0")
+
+    assert store.recorded_writes([(HASH, "task-0:0"), (HASH, "task-9:0")]) == [False, True]
+
+
 def test_previous_version_data_takes_write_ids(make_legacy_store: LegacyFactory) -> None:
     """A hash written before write ids were kept: a write with an id is a hit, and its retry
     is recognised."""
@@ -306,6 +338,21 @@ def test_sqlite_expired_outcome_forgets_its_write_ids(tmp_path: Path) -> None:
         assert recorded == again == Recorded(cache="miss", first=retry)
         assert (recorded.replayed, again.replayed) == (False, True)
         assert store.history(HASH).total_attempts == 1  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_sqlite_expired_outcome_holds_no_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outcome past its TTL holds no write: its retry would start a new history."""
+    store = SQLiteStore(tmp_path / "s.sqlite3", ttl_seconds=60)
+    try:
+        store.record(
+            HASH, attempt(1), now=datetime.now(UTC) - timedelta(seconds=61), write_id="task-1:0"
+        )
+
+        assert store.recorded_writes([(HASH, "task-1:0")]) == [False]
     finally:
         store.close()
 

@@ -51,6 +51,7 @@ class Replayed:
     """What a replay did, for the summary line and the exit code."""
 
     recorded: int = 0  # recorded (score's) or closed by the worker (a worker's): removed
+    already: int = 0  # recorded under the letter's own write id before: removed, not sent
     invalid: int = 0  # still invalid: dead-lettered again, the old letter removed
     pending: int = 0  # sent, not recorded within --wait: kept
     cut: int = 0  # kept cut (over EVIDENCE_DEAD_LETTER_MAX_BYTES): kept, not replayable
@@ -72,6 +73,7 @@ class Replayed:
             again += f": letter {self.first_invalid[0]}: {self.first_invalid[1]}"
         parts = [
             (self.recorded, "recorded"),
+            (self.already, "recorded before under their write id (removed, nothing sent)"),
             (self.invalid, f"still invalid ({again})"),
             (self.pending, "sent and not recorded yet (kept: replay them again)"),
             (self.cut, "kept cut, not replayable (EVIDENCE_DEAD_LETTER_MAX_BYTES)"),
@@ -122,6 +124,7 @@ class Replay:
     def chunk(self, letter_ids: Sequence[str]) -> None:
         scores: list[tuple[str, DeadLetter]] = []
         workers: list[tuple[str, DeadLetter]] = []
+        found: list[tuple[str, DeadLetter]] = []
         for letter_id in letter_ids:
             letter = self.store.letter(letter_id)
             if letter is None:
@@ -129,11 +132,36 @@ class Replay:
             elif letter.truncated:
                 self.done.cut += 1
             else:
+                found.append((letter_id, letter))
+        for (letter_id, letter), recorded in zip(found, self._recorded(found), strict=True):
+            if recorded:
+                self._already(letter_id, letter)
+            else:
                 (scores if origin(letter) == "score" else workers).append((letter_id, letter))
         if scores:
             self.scores(scores)
         if workers:
             self.workers(workers)
+
+    def _recorded(self, letters: Sequence[tuple[str, DeadLetter]]) -> list[bool]:
+        """Per letter, whether its message is recorded under the letter's own write id (its
+        task ID and position): the write landed and only its reply failed (a replica's wait,
+        a lost connection) before the letter was written. Replaying it would add an attempt."""
+        return self.service.recorded(
+            [
+                (letter.body, Delivery(task_id=letter.task_id, position=letter.position))
+                for _, letter in letters
+            ]
+        )
+
+    def _already(self, letter_id: str, letter: DeadLetter) -> None:
+        """A letter whose message is recorded: removed, nothing sent or scored again."""
+        from worker.pipeline.intake import case_id_of
+
+        self.store.remove_letters([letter_id])
+        self.done.already += 1
+        line = {"id": letter_id, "case_id": case_id_of(letter.body), "recorded": True}
+        print(dumps_line({**line, "already_recorded": True}))
 
     def scores(self, letters: Sequence[tuple[str, DeadLetter]]) -> None:
         """Through the embedded pipeline, as `score` ran them, each record printed; the old

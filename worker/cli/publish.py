@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import (
     PROG,
@@ -23,9 +25,12 @@ from worker.cli.exit_codes import INVALID, OK
 from worker.cli.inputs import JsonLines
 from worker.cli.output import located
 from worker.cli.progress import over_input
-from worker.errors import ConfigurationError, InputError
+from worker.errors import ConfigurationError, InputError, TransientError
 from worker.settings import REDIS_URL_HINT, Settings, masked_url
 from worker.wording import counted
+
+if TYPE_CHECKING:
+    from worker.upstream.publishing import Published
 
 # The worker waits for its broker for ever; a command gives up within seconds, in one line.
 BROKER_TIMEOUT_SECONDS = 5.0
@@ -47,7 +52,11 @@ def register(commands: Any) -> None:
             "any message a broker loses (EVIDENCE_LEDGER_TTL_SECONDS=0 turns it off). "
             "--sample-rate R sends only the messages whose case ID is in the deterministic "
             "sample at R (the first 8 bytes of its SHA-256, over 2^64, below R): every "
-            "publisher picks the same cases, and the summary counts the ones left out.",
+            "publisher picks the same cases, and the summary counts the ones left out. "
+            "When the broker or the store fails, publish names the first line not sent (every "
+            "line before it was sent, rejected or sampled out; no line from it on was sent, "
+            "and nothing will send them: their ledger notes stay unconfirmed) and "
+            "--from-line N resumes there.",
         ),
     )
     add_path(parser)
@@ -68,29 +77,57 @@ def register(commands: Any) -> None:
         "0.0..1.0 (default: all of them); the 0.1 sample lies inside the 0.25 one, and the "
         "rest leave no ledger entry",
     )
+    parser.add_argument(
+        "--from-line",
+        type=positive_int,
+        metavar="N",
+        help="skip the lines before line N (counted in the summary): resume where a failed "
+        "publish says its first line not sent is",
+    )
     parser.set_defaults(handler=run)
+
+
+@dataclass
+class FromLine:
+    """The input's lines from line `first` on (every line when None); counts those skipped."""
+
+    lines: Iterable[tuple[int, bytes]]
+    first: int | None
+    skipped: int = 0
+    last: int = 0  # the last line number read
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        for number, body in self.lines:
+            self.last = number
+            if self.first is not None and number < self.first:
+                self.skipped += 1
+                continue
+            yield number, body
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from kombu.exceptions import OperationalError
 
     from worker.runtime.celery_app import create_app
-    from worker.upstream.publishing import publish_lines
+    from worker.upstream.publishing import Published, publish_lines
 
     settings = with_broker(args, settings)
     source = JsonLines(args.path)
+    lines = FromLine(source, args.from_line)
     progress = over_input("publish", source)
     app = create_app(settings)
     url = None
     bound_broker_waits(app.conf)
+    result = Published()
     try:
         with ExitStack() as stack:
             ledger = None
             if settings.ledger_ttl_seconds > 0:
                 url = args.store or settings.result_store_url
                 ledger = stack.enter_context(opened_store(url, settings))
-            result = publish_lines(
-                source,
+            publish_lines(
+                lines,
+                into=result,
                 app=app,
                 queue=settings.queue,
                 batch_size=args.batch,
@@ -102,21 +139,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
     except OperationalError as error:
         if "DB index is out of range" not in str(error):
-            if progress.count:  # what did go, before main() says why the rest did not
-                print(
-                    f"publish: sent {counted(progress.count, 'message')} to queue "
-                    f"{settings.queue} before the broker failed; the rest were not sent, and "
-                    "the ledger keeps no entry for them",
-                    file=sys.stderr,
-                )
+            _say_unsent(args, settings, result, "the broker failed")
             raise  # the broker is down or refuses us: main() says so in one line
         raise ConfigurationError(
             f"EVIDENCE_BROKER_URL: {masked_url(settings.broker_url)}: the Redis server has no "
             f"such database: {REDIS_URL_HINT}"
         ) from None
+    except TransientError:
+        _say_unsent(args, settings, result, "the store failed")
+        raise  # main() says what the store answered, in one line
     finally:
         app.close()  # its broker connection pool
         progress.finish()
+    if args.from_line is not None and args.from_line > lines.last:
+        raise InputError(
+            f"--from-line {args.from_line}: {source_name(args.path)} has no line "
+            f"{args.from_line} (its last line is {lines.last})"
+        )
     for number, reason in result.rejected:
         print(f"{PROG} publish: line {number} not sent: {reason}", file=sys.stderr)
     if result.messages == 0 and result.sampled_out == 0 and not result.rejected:
@@ -127,12 +166,37 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else f"; {counted(result.sampled_out, 'message')} sampled out (--sample-rate "
         f"{args.sample_rate})"
     )
+    skipped = (
+        ""
+        if args.from_line is None
+        else f"; {counted(lines.skipped, 'line')} skipped (--from-line {args.from_line})"
+    )
     summary = (
         f"publish: sent {counted(result.messages, 'message')} in {counted(result.tasks, 'task')} "
-        f"to queue {settings.queue}; {counted(len(result.rejected), 'line')} rejected{sampling}"
+        f"to queue {settings.queue}; {counted(len(result.rejected), 'line')} rejected"
+        f"{sampling}{skipped}"
     )
     print(located(summary, store=url, broker=settings.broker_url), file=sys.stderr)
     return INVALID if result.rejected else OK
+
+
+def _say_unsent(args: argparse.Namespace, settings: Settings, result: Published, what: str) -> None:
+    """Before main() says why: what was sent, and the first line not sent (where to resume).
+    Nothing when nothing was sent: main()'s one line says it all (run it again)."""
+    if not result.messages:
+        return
+    for number, reason in result.rejected:
+        print(f"{PROG} publish: line {number} not sent: {reason}", file=sys.stderr)
+    sent = f"sent {counted(result.messages, 'message')} to queue {settings.queue}"
+    if result.first_unsent is None:
+        print(f"publish: {what} after every line was sent; {sent}", file=sys.stderr)
+        return
+    print(
+        f"publish: {what}: line {result.first_unsent} and every line after it were not sent, "
+        f"and nothing will send them; {sent} before it; resume with `{PROG} publish "
+        f"{args.path} --from-line {result.first_unsent}`",
+        file=sys.stderr,
+    )
 
 
 def bound_broker_waits(conf: Any) -> None:

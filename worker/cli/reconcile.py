@@ -49,8 +49,10 @@ def register(commands: Any) -> None:
             "list published messages that were never recorded (exit 3); --republish them",
             example="reconcile --older-than 10m --republish",
             details="Every message `publish` or worker.client sends is first noted in the "
-            "publish ledger of the workers' store; the worker's record (or dead letter) closes "
-            "its entry. Print one JSON line per message noted longer ago than --older-than "
+            "publish ledger of the workers' store, and published there once the broker took it "
+            "(a note of a message the user was told was not sent is never listed nor sent); "
+            "the worker's record (or dead letter) closes its entry. Print one JSON line per "
+            "message noted longer ago than --older-than "
             "(by the store's clock, never a publisher's) whose entry is still open: lost "
             "between the publisher and the store (a broker "
             "that crashed, a worker killed as it took the message). Exit 3 when there is any. "

@@ -223,8 +223,9 @@ class Metrics:
         # Set by the beat's reconcile task, in whichever pool process runs it.
         self.unrecorded = Gauge(
             "evidence_coverage_ledger_unrecorded",
-            "Published messages older than EVIDENCE_RECONCILE_OLDER_THAN_SECONDS that are "
-            "neither recorded nor dead-lettered",
+            "Published messages neither recorded nor dead-lettered that the beat's self-heal "
+            "left: older than EVIDENCE_RECONCILE_OLDER_THAN_SECONDS and, while it republishes, "
+            "EVIDENCE_RECONCILE_AFTER_SECONDS",
             multiprocess_mode="mostrecent",
         )
         self.republished = Counter(

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from contracts import Policy
+from contracts import Policy, input_hash
 from contracts.records import REJECTED
 from worker.errors import InputError, TransientError
 from worker.observability import telemetry
@@ -32,6 +32,7 @@ from worker.pipeline.scoring import (
     process_many,
     rejected_record,
     utc_now,
+    write_ids,
 )
 from worker.settings import Settings
 from worker.stores import DeadLetter, ResultStore, open_store
@@ -139,6 +140,26 @@ class Service:
             published_at=[delivery.published_at for _, delivery in bodies],
         )
         return results
+
+    def recorded(self, bodies: Sequence[tuple[Body, Delivery]]) -> list[bool]:
+        """For each body, whether the store holds its write (its task ID and position): the
+        write landed on an earlier delivery, so handling it again is a replay. A body that
+        cannot be admitted, or has no task ID, was never recorded. Nothing is scored."""
+        ids = write_ids([delivery for _, delivery in bodies])
+        asked: list[tuple[int, tuple[str, str]]] = []
+        for position, ((body, _), write_id) in enumerate(zip(bodies, ids, strict=True)):
+            if write_id is None:
+                continue
+            try:
+                message = admit(body, max_bytes=self.settings.max_message_bytes)
+            except InputError:
+                continue
+            asked.append((position, (input_hash(message), write_id)))
+        found = [False] * len(bodies)
+        held = self.store.recorded_writes([write for _, write in asked])
+        for (position, _), stored in zip(asked, held, strict=True):
+            found[position] = stored
+        return found
 
     def reject(
         self,

@@ -277,6 +277,12 @@ class OutcomeStore(Protocol):
         None when none is kept (never recorded, or expired). `gate --store` compares with it."""
         ...
 
+    def recorded_writes(self, writes: Sequence[tuple[str, str]]) -> list[bool]:
+        """For each (input hash, write id), whether the store holds that write: it landed
+        before (record() of it would be a replay). Read as record() reads it, writing
+        nothing: the delivery limit asks before it calls a redelivered message a poison."""
+        ...
+
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         """The input hashes an attempt of this case was recorded under, newest first by when
         the case first recorded each (ties: the greater hash first), at most `limit` (None:

@@ -121,8 +121,11 @@ class DurableStore(RecordOne):
     def forget_deliveries(self, task_id: str) -> None:
         self._write(lambda: self.inner.forget_deliveries(task_id))
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
-        self._write(lambda: self.inner.note_published(entries))
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
+        self._write(lambda: self.inner.note_published(entries, sent=sent))
+
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        self._write(lambda: self.inner.confirm_sent(write_ids))
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
         self._write(lambda: self.inner.close_entries(write_ids))
@@ -154,6 +157,9 @@ class DurableStore(RecordOne):
 
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         return self.inner.hashes_for_case(case_id, limit)
+
+    def recorded_writes(self, writes: Sequence[tuple[str, str]]) -> list[bool]:
+        return self.inner.recorded_writes(writes)
 
     def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
         return self.inner.first_required(contract_version, case_id)

@@ -7,10 +7,18 @@ entry still open long after the store noted it is a message that was lost betwee
 publisher and the store (a broker that died without persistence, the pop window of kombu's
 Redis transport): `evidence-worker reconcile` lists it, and `--republish` sends its body again.
 
-Noting before sending means a message can never be in flight without an entry. A publisher
-that dies between the two leaves an entry for a message it never sent, which reconcile then
-sends: what the publisher meant to do. Entries are kept for EVIDENCE_LEDGER_TTL_SECONDS and
-then forgotten, recorded or not.
+A note has two steps, so that nobody sends behind the user's back what the user was told was
+not sent. The publisher notes its messages unsent (note_published(sent=False)) before it sends
+them: a message can never be in flight without an entry. Once the broker took them it
+confirms them (confirm_sent()), and only confirmed entries are published in the ledger's
+sense: listed by reconcile, counted by the gauge, sent again by the self-heal. A note whose
+store write or replicas' wait failed, a task the broker refused, a publisher that died before
+it sent: each leaves unconfirmed entries, which nothing lists and the time to live forgets;
+the publisher has told the user those lines were not sent (`publish` names the first, and
+`--from-line` resumes there). Only a confirmation that fails after the broker took the
+messages leaves sent messages unconfirmed: the publisher says so, and reconcile will not find
+them if the broker loses them. Entries are kept for EVIDENCE_LEDGER_TTL_SECONDS and then
+forgotten, recorded or not.
 
 Every age is judged on the store's clock, never a publisher's: the store stamps each entry as
 it notes it (Redis TIME in the script; the local clock for a SQLite file), forgets entries and
@@ -66,9 +74,17 @@ class LedgerEntry(BaseModel):
 class Ledger(Protocol):
     """Open entries per write id; record() and dead_letter() close them (see OutcomeStore)."""
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
-        """Open one entry per message, in one round trip, before the messages are sent; also
-        forgets entries older than the ledger's time to live."""
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
+        """Open one entry per message, in one round trip; also forgets entries older than the
+        ledger's time to live. `sent=False` (a publisher, before it sends): the entries wait
+        for confirm_sent(), and until then nothing lists them (unrecorded(), the gauge, the
+        self-heal, still_open()), though a record or dead letter closes them as any."""
+        ...
+
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        """The broker took these messages: their entries, noted with `sent=False`, are
+        published from now (stamped now, by the store's clock). One closed meanwhile (its
+        message recorded or dead-lettered already) stays closed."""
         ...
 
     def ledger_now(self) -> datetime:

@@ -681,6 +681,19 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
             for position, input_hash in enumerate(input_hashes)
         ]
 
+    def recorded_writes(self, writes: Sequence[tuple[str, str]]) -> list[bool]:
+        """A write id is kept in its outcome's hash, as `w0:<id>` or `w1:<id>` (RECORD_LUA)."""
+        if not writes:
+            return []
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for input_hash, write_id in writes:
+                pipe.hmget(self.keys.outcome(input_hash), [f"w0:{write_id}", f"w1:{write_id}"])
+            return pipe.execute()
+
+        return [any(found) for found in self._call(read)]
+
     def _history(
         self,
         input_hash: str,

@@ -60,7 +60,7 @@ from worker.stores.redis import (
     RECORD_LUA,
     RedisStore,
 )
-from worker.stores.redis_ledger import CLOSE_LUA, NOTE_LUA
+from worker.stores.redis_ledger import CLOSE_LUA, CONFIRM_LUA, NOTE_LUA
 from worker.stores.replicas import MARK_TTL_SECONDS
 
 T = TypeVar("T")
@@ -132,6 +132,7 @@ class Scripts:
             "drift": DRIFT_LUA,
             "close": CLOSE_LUA,
             "note": NOTE_LUA,
+            "confirm": CONFIRM_LUA,
         }
         self.sha = {name: client.register_script(src).sha for name, src in self.sources.items()}
 
@@ -493,11 +494,12 @@ class RedisClusterStore(RedisStore):
         commands += self._closes(self._closes_of(letters))
         self._call(lambda: self._run(commands))
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
         commands = [
-            self.scripts.call("note", keys, args) for keys, args in self._note_calls(entries)
+            self.scripts.call("note", keys, args)
+            for keys, args in self._note_calls(entries, sent=sent)
         ]
         self._call(lambda: self._run(commands))
 
@@ -507,6 +509,13 @@ class RedisClusterStore(RedisStore):
         key = self.keys.lease(name)
         command = Command(key, ("SET", key, holder, "NX", "EX", seconds))
         return self._call(lambda: self._run([command]))[0] is not None
+
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        if not write_ids or self.ledger_ttl_seconds <= 0:
+            return
+        calls = self._confirm_calls(write_ids)
+        commands = [self.scripts.call("confirm", keys, args) for keys, args in calls]
+        self._call(lambda: self._run(commands))
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
         closes: list[tuple[str, int | None]] = []

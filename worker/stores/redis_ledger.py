@@ -20,24 +20,45 @@ T = TypeVar("T")
 
 LEDGER_PAGE = 1000  # open entries per read while reconcile walks the ledger
 
-# KEYS: the ledger, then each entry's task hash. ARGV: time to live (seconds), then per
-# entry: position, entry JSON, write id. One call per chunk of a publish: a single command per
-# chunk, then the replicas' wait in the same pipeline: a message is sent once its note is on
-# them. Entries are scored, and forgotten, by the server's clock (TIME), never the
-# publisher's: one publisher 25 h ahead trimmed the whole ledger. TIME before writes needs
-# effects replication, the default since Redis 5 (the stores need 5 for streams anyway).
+# KEYS: the ledger, then each entry's task hash. ARGV: time to live (seconds), sent ('1' or
+# ''), then per entry: position, entry JSON, write id. One call per chunk of a publish: a
+# single command per chunk, then the replicas' wait in the same pipeline: a message is sent
+# once its note is on them. A note not yet sent (a publisher's, before it sends) is in its
+# task's hash only, which RECORD_LUA and CLOSE_LUA close as they close any entry, and in no
+# sorted set: reconcile and the self-heal never see it until CONFIRM_LUA (below) puts it there,
+# once the broker took its message. Entries are scored, and forgotten, by the server's clock
+# (TIME), never the publisher's: one publisher 25 h ahead trimmed the whole ledger. TIME
+# before writes needs effects replication, the default since Redis 5 (the stores need 5 for
+# streams anyway).
 NOTE_LUA = """
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local ttl = tonumber(ARGV[1])
+local ttl, sent = tonumber(ARGV[1]), ARGV[2] == '1'
 for i = 2, #KEYS do
-  local at = 1 + 3 * (i - 2)
+  local at = 2 + 3 * (i - 2)
   redis.call('HSET', KEYS[i], ARGV[at + 1], ARGV[at + 2])
   redis.call('EXPIRE', KEYS[i], ttl)
-  redis.call('ZADD', KEYS[1], now, ARGV[at + 3])
+  if sent then redis.call('ZADD', KEYS[1], now, ARGV[at + 3]) end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl * 1000))
 return #KEYS - 1
+"""
+# KEYS: the ledger, then each entry's task hash. ARGV: per entry, position and write id. An
+# entry the broker took is confirmed: scored in the ledger's sorted set by the server's clock
+# (TIME), where reconcile finds it while it is open; one closed meanwhile (its message already
+# recorded or dead-lettered: gone from its task's hash) stays closed.
+CONFIRM_LUA = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local confirmed = 0
+for i = 2, #KEYS do
+  local at = 2 * (i - 2)
+  if redis.call('HEXISTS', KEYS[i], ARGV[at + 1]) == 1 then
+    redis.call('ZADD', KEYS[1], now, ARGV[at + 2])
+    confirmed = confirmed + 1
+  end
+end
+return confirmed
 """
 # KEYS: the ledger, the task hash. ARGV: task ID, then positions ('' alone: every entry of the
 # task). Returns how many entries it closed.
@@ -85,19 +106,21 @@ class RedisLedger:
 
         def _call(self, operation: Callable[[], T]) -> T: ...  # RedisStore's
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
 
         def run() -> None:
             pipe = self.client.pipeline(transaction=False)
-            for keys, args in self._note_calls(entries):
+            for keys, args in self._note_calls(entries, sent=sent):
                 pipe.eval(NOTE_LUA, len(keys), *keys, *args)
             self.replicas.execute(pipe)
 
         self._call(run)
 
-    def _note_calls(self, entries: Sequence[LedgerEntry]) -> list[tuple[list[str], list[Any]]]:
+    def _note_calls(
+        self, entries: Sequence[LedgerEntry], *, sent: bool
+    ) -> list[tuple[list[str], list[Any]]]:
         """NOTE_LUA's keys and arguments, one call per ledger (one on a single Redis; per
         shard on a Redis Cluster, whose ledger keys share a shard with their task's)."""
         by_ledger: dict[str, list[LedgerEntry]] = defaultdict(list)
@@ -106,10 +129,38 @@ class RedisLedger:
         calls = []
         for ledger, noted in by_ledger.items():
             keys = [ledger]
-            args: list[Any] = [self.ledger_ttl_seconds]
+            args: list[Any] = [self.ledger_ttl_seconds, "1" if sent else ""]
             for entry in noted:
                 keys.append(self.keys.ledger_task(entry.task_id))
                 args += (entry.position, entry.model_dump_json(), entry.write_id)
+            calls.append((keys, args))
+        return calls
+
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        if not write_ids or self.ledger_ttl_seconds <= 0:
+            return
+
+        def run() -> None:
+            pipe = self.client.pipeline(transaction=False)
+            for keys, args in self._confirm_calls(write_ids):
+                pipe.eval(CONFIRM_LUA, len(keys), *keys, *args)
+            self.replicas.execute(pipe)
+
+        self._call(run)
+
+    def _confirm_calls(self, write_ids: Sequence[str]) -> list[tuple[list[str], list[Any]]]:
+        """CONFIRM_LUA's keys and arguments, one call per ledger (as _note_calls)."""
+        by_ledger: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for write_id in write_ids:
+            task_id, position = task_and_position(write_id)
+            by_ledger[self.keys.ledger_of(task_id)].append((task_id, position))
+        calls = []
+        for ledger, entries in by_ledger.items():
+            keys = [ledger]
+            args: list[Any] = []
+            for task_id, position in entries:
+                keys.append(self.keys.ledger_task(task_id))
+                args += (position, f"{task_id}:{position}")
             calls.append((keys, args))
         return calls
 

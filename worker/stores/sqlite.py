@@ -767,6 +767,18 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         # A local file: a query per hash costs no round trip.
         return [self.history(input_hash) for input_hash in input_hashes]
 
+    def recorded_writes(self, writes: Sequence[tuple[str, str]]) -> list[bool]:
+        """As record_many() finds a replay: the write id kept under its hash's outcome, which
+        has not expired."""
+        now = datetime.now(UTC)
+        outcomes = {
+            input_hash: outcome
+            for input_hash, outcome in self._outcomes({h for h, _ in writes}).items()
+            if not outcome.expired(now)
+        }
+        known = self._writes({(outcomes[h].id, w) for h, w in writes if h in outcomes})
+        return [h in outcomes and (outcomes[h].id, w) in known for h, w in writes]
+
     def first_required(self, contract_version: str, case_id: str) -> FirstRequired | None:
         pair = (contract_version, case_id)
         first = self._contracts({pair}).get(pair)

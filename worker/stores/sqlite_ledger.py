@@ -14,7 +14,10 @@ from worker.stores.sqlite_transaction import immediate
 
 # published_at: when the store noted the entry (not the publisher's publish time, which is in
 # `entry`), in seconds since the epoch, for the range scans by age. The column kept its name
-# from schema version 3; rows noted before this change hold the publisher's time.
+# from schema version 3; rows noted before this change hold the publisher's time. Negated
+# (below 0) while the message is not sent yet (note_published(sent=False), before a publisher
+# sends): every read by age starts at a time after 0, so nothing lists such a row until
+# confirm_sent() sets its time; the record and dead-letter transactions close it as any row.
 LEDGER_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger (
         write_id TEXT PRIMARY KEY,
@@ -50,7 +53,7 @@ class SQLiteLedger:
     def _forget_before(self) -> float:
         return self.ledger_now().timestamp() - self.ledger_ttl_seconds
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
         with immediate(self._db) as db:
@@ -58,9 +61,26 @@ class SQLiteLedger:
             db.executemany(
                 "INSERT OR REPLACE INTO ledger (write_id, task_id, published_at, entry)"
                 " VALUES (?, ?, ?, ?)",
-                [(e.write_id, e.task_id, noted_at, e.model_dump_json()) for e in entries],
+                [
+                    (e.write_id, e.task_id, noted_at if sent else -noted_at, e.model_dump_json())
+                    for e in entries
+                ],
             )
-            db.execute("DELETE FROM ledger WHERE published_at < ?", (self._forget_before(),))
+            # Past the time to live, sent or not (a note not sent holds its time negated).
+            forget = self._forget_before()
+            db.execute(
+                "DELETE FROM ledger WHERE published_at > ? AND published_at < ?", (-forget, forget)
+            )
+
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        if not write_ids or self.ledger_ttl_seconds <= 0:
+            return
+        with immediate(self._db) as db:
+            now = self.ledger_now().timestamp()
+            db.executemany(
+                "UPDATE ledger SET published_at = ? WHERE write_id = ? AND published_at < 0",
+                [(now, write_id) for write_id in write_ids],
+            )
 
     def _close(self, write_ids: Iterable[str | None]) -> None:
         """Within the caller's transaction."""

@@ -64,7 +64,8 @@ class SQLiteLetters:
             chunk = list(write_ids[start : start + VARIABLES])
             marks = ", ".join("?" * len(chunk))
             rows = self._db.execute(
-                f"SELECT write_id FROM ledger WHERE write_id IN ({marks})", chunk
+                f"SELECT write_id FROM ledger WHERE write_id IN ({marks}) AND published_at >= 0",
+                chunk,
             ).fetchall()
             found |= {write_id for (write_id,) in rows}
         return found

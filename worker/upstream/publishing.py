@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from contracts import AttributionResult, input_hash
 from contracts.sampling import sampled
 from worker.constants import PUBLISHED_AT_HEADER, SCORE, SCORE_BATCH
-from worker.errors import InputError, TransientError
+from worker.errors import InputError, SentUnconfirmed
 from worker.pipeline.intake import parse_message
 from worker.stores.ledger import Ledger, LedgerEntry
 
@@ -36,12 +36,16 @@ ARGSREPR_MESSAGES = 5
 @dataclass
 class Published:
     """What a publish run did: messages and tasks sent, lines rejected (line, reason), valid
-    messages left out by the sample rate."""
+    messages left out by the sample rate; after a failure, the first line not sent (every
+    line before it was sent, rejected or sampled out; it and every line after were not sent;
+    None when the failure left none: it was the last confirmation's)."""
 
     messages: int = 0
     tasks: int = 0
     rejected: list[tuple[int, str]] = field(default_factory=list)
     sampled_out: int = 0
+    first_unsent: int | None = None
+    read_all: bool = False
 
 
 def as_sent(text: str, *, max_message_bytes: int) -> Any:
@@ -199,19 +203,21 @@ def send_noted(
     producer: Producer | None = None,
     on_sent: Callable[[Outgoing], None] = lambda _: None,
 ) -> None:
-    """Note every message of `tasks` in the ledger (one round trip), then send the tasks,
-    calling `on_sent` after each one the broker took.
+    """Note every message of `tasks` in the ledger, not sent yet (one round trip), send the
+    tasks, calling `on_sent` after each one the broker took, then confirm the notes of those
+    the broker took (worker/stores/ledger.py), also when a send failed.
 
     Noted first: a message is never on the broker without its entry, so the worker can
     never record one before its entry exists (which would leave the entry open for ever).
-    When a send fails, the entries of that task and of every task after it are closed
-    before the error goes on: the ledger keeps only what the broker took, so `reconcile`
-    never lists (nor republishes) a message the publisher was told was not sent.
+    A note that failed, and the tasks after a failed send, leave unconfirmed entries, which
+    nothing lists and nobody sends again: the caller tells the user they were not sent. A
+    confirmation that fails raises SentUnconfirmed (after `on_sent` of every task taken).
     """
     if ledger is not None:
-        ledger.note_published([entry for task in tasks for entry in task.entries])
-    for index, task in enumerate(tasks):
-        try:
+        ledger.note_published([entry for task in tasks for entry in task.entries], sent=False)
+    taken: list[Outgoing] = []
+    try:
+        for task in tasks:
             send(
                 app,
                 task.task,
@@ -221,24 +227,23 @@ def send_noted(
                 task_id=task.task_id,
                 argsrepr=task.argsrepr,
             )
-        except BaseException as error:
-            if ledger is not None:
-                _close_unsent(ledger, tasks[index:], error)
-            raise
-        on_sent(task)
+            taken.append(task)
+            on_sent(task)
+    finally:
+        if ledger is not None and taken:
+            _confirm(ledger, taken)
 
 
-def _close_unsent(ledger: Ledger, unsent: Sequence[Outgoing], error: BaseException) -> None:
-    """Close the entries of tasks a failed send left unsent; when the store cannot close
-    them either, say so beside the send's error."""
-    write_ids = [entry.write_id for task in unsent for entry in task.entries]
+def _confirm(ledger: Ledger, taken: Sequence[Outgoing]) -> None:
+    """Confirm the notes of the tasks the broker took; when the store cannot, say so."""
+    write_ids = [entry.write_id for task in taken for entry in task.entries]
     try:
-        ledger.close_entries(write_ids)
-    except Exception as closing:
-        raise TransientError(
-            f"sending failed ({error}), and the ledger entries of the {len(write_ids)} "
-            f"messages not sent could not be closed ({closing}): `reconcile` lists them "
-            "until EVIDENCE_LEDGER_TTL_SECONDS has passed"
+        ledger.confirm_sent(write_ids)
+    except Exception as error:
+        raise SentUnconfirmed(
+            f"the broker took {len(write_ids)} messages, but the ledger could not confirm "
+            f"them ({error}): if the broker loses them, `reconcile` will not list them",
+            sent=len(write_ids),
         ) from error
 
 
@@ -253,6 +258,7 @@ def publish_lines(
     ledger: Ledger | None = None,
     sample_rate: float | None = None,
     on_progress: Callable[[int], None] = lambda _: None,
+    into: Published | None = None,
 ) -> Published:
     """Validate each line, then send it alone (score) or in lists of batch_size (score_batch),
     a list cut short where it would pass max_batch_bytes. Messages are noted in the ledger
@@ -260,42 +266,33 @@ def publish_lines(
 
     With a sample_rate, a valid message is sent only when sampled(case_id, sample_rate)
     (contracts/sampling.py); the others are counted, never noted nor sent. Lines are validated
-    first, so an invalid line is reported whatever its case ID.
+    first, so an invalid line is reported whatever its case ID. `into`: the Published to fill
+    (the caller reads it after a failure too: first_unsent names where to resume).
     """
-    result = Published()
+    result = Published() if into is None else into
     pending: list[tuple[AttributionResult, str]] = []
     pending_bytes = 0
-    chunk: list[Outgoing] = []
+    pending_line = 0  # the first line of the pending messages
     with app.producer_or_acquire() as producer:
-
-        def sent(task: Outgoing) -> None:
-            result.messages += len(task.entries)
-            result.tasks += 1
-
-        def send_chunk() -> None:
-            try:
-                send_noted(app, chunk, queue=queue, ledger=ledger, producer=producer, on_sent=sent)
-            finally:
-                on_progress(result.messages)  # what was sent before a failure too
-            chunk.clear()
+        chunk = _Chunk(app, queue, ledger, producer, result, on_progress)
 
         def close_task() -> None:
             nonlocal pending_bytes
             if pending:
-                chunk.append(
-                    outgoing(
-                        pending,
-                        batch=batch_size > 1,
-                        max_message_bytes=max_message_bytes,
-                        now=datetime.now(UTC),
-                    )
+                task = outgoing(
+                    pending,
+                    batch=batch_size > 1,
+                    max_message_bytes=max_message_bytes,
+                    now=datetime.now(UTC),
                 )
+                chunk.add(task, pending_line)
                 pending.clear()
                 pending_bytes = 0
-            if sum(len(task.entries) for task in chunk) >= NOTE_CHUNK:
-                send_chunk()
+            if chunk.messages >= NOTE_CHUNK:
+                chunk.send()
 
         for number, body in lines:
+            chunk.last_line = number
             try:
                 message = parse_message(body, max_bytes=max_message_bytes)
             except InputError as error:
@@ -310,10 +307,66 @@ def publish_lines(
                 if pending and pending_bytes + size > max_batch_bytes - BATCH_ENVELOPE_BYTES:
                     close_task()
                 pending_bytes += size
+            if not pending:
+                pending_line = number
             pending.append((message, text))
             if len(pending) >= batch_size:
                 close_task()
+        result.read_all = True
         close_task()
-        if chunk:
-            send_chunk()
+        if chunk.tasks:
+            chunk.send()
     return result
+
+
+@dataclass
+class _Chunk:
+    """publish_lines' tasks noted and sent together (NOTE_CHUNK messages), each with its first
+    input line, so that a failure names the first line not sent."""
+
+    app: Celery
+    queue: str
+    ledger: Ledger | None
+    producer: Producer
+    result: Published
+    on_progress: Callable[[int], None]
+    tasks: list[Outgoing] = field(default_factory=list)
+    first_lines: dict[str, int] = field(default_factory=dict)
+    last_line: int = 0  # the last input line read
+
+    @property
+    def messages(self) -> int:
+        return sum(len(task.entries) for task in self.tasks)
+
+    def add(self, task: Outgoing, first_line: int) -> None:
+        self.tasks.append(task)
+        self.first_lines[task.task_id] = first_line
+
+    def send(self) -> None:
+        result, before = self.result, self.result.tasks
+        try:
+            send_noted(
+                self.app,
+                self.tasks,
+                queue=self.queue,
+                ledger=self.ledger,
+                producer=self.producer,
+                on_sent=self._sent,
+            )
+        except BaseException:
+            # Tasks go in order: the first one not taken; else the line after the last read
+            # (none when every line was read: only the confirmation failed).
+            unsent = self.tasks[result.tasks - before :]
+            if unsent:
+                result.first_unsent = self.first_lines[unsent[0].task_id]
+            elif not result.read_all:
+                result.first_unsent = self.last_line + 1
+            raise
+        finally:
+            self.on_progress(result.messages)  # what was sent before a failure too
+        self.tasks.clear()
+        self.first_lines.clear()
+
+    def _sent(self, task: Outgoing) -> None:
+        self.result.messages += len(task.entries)
+        self.result.tasks += 1

@@ -84,31 +84,32 @@ def open_case_ids(store: FlakyStore) -> list[tuple[str, int]]:
 def test_messages_older_than_the_republish_age_are_sent_again_and_the_rest_counted(
     store: FlakyStore, sent: list[tuple[str, Any]], metrics: CountingMetrics
 ) -> None:
-    """20 min old: sent again (900 s); 12 min: only counted (600 s); 1 min: neither."""
+    """20 min old: sent again (900 s); 12 min: left to a later run, so not counted (the
+    self-heal will take care of it); 1 min: neither."""
     noted(store, [("lost-20", 20, 0), ("lost-12", 12, 0), ("young", 1, 0)])
 
     result, logs = run(reconcile, 600)
 
     copy_id = republish_task_id(ledger_entry("lost-20", case_id="lost-20"))
     assert sent == [(copy_id, '{"case_id": "case-lost-20-0"}')]
-    assert result == {"unrecorded": 1, "republished": 1, "dead_lettered": 0}
+    assert result == {"unrecorded": 0, "republished": 1, "dead_lettered": 0}
     assert logs == [
         {
             "event": "evidence_coverage.unrecorded",
             "log_level": "warning",
-            "unrecorded": 1,
+            "unrecorded": 0,
             "republished": 1,
             "dead_lettered": 0,
-            "older_than_seconds": 600,
+            "older_than_seconds": 900,
             "republish_after_seconds": 900,
             "republishing": "done",
-            "case_ids": ["lost-12"],
+            "case_ids": [],
             "republished_case_ids": ["lost-20"],
             "dead_lettered_case_ids": [],
             "why": WHY,
         }
     ]
-    assert metrics.calls == [("healed", (1, 0)), ("ledger_unrecorded", 1)]
+    assert metrics.calls == [("healed", (1, 0)), ("ledger_unrecorded", 0)]
     # The original is closed; its copy is open, young, and counts one republish.
     assert open_case_ids(store) == [("lost-12", 0), ("young", 0), ("lost-20", 1)]
 
@@ -192,6 +193,43 @@ def test_a_run_that_finds_the_lease_held_sends_nothing(
     assert result["republished"] == 1
 
 
+def test_the_gauge_counts_what_the_self_heal_left_never_what_it_will_send(
+    store: FlakyStore, sent: list[tuple[str, Any]], metrics: CountingMetrics
+) -> None:
+    """Between the counting age (600 s) and the republish age (900 s) a message is the next
+    run's to send: the alert on the gauge must not page for it. One the heal left (another
+    run held the lease past its time) is counted."""
+    noted(store, [("lost-20", 20, 0), ("lost-12", 12, 0)])
+    store.take_lease("reconcile", "a stuck run", 300)
+
+    result, logs = run(reconcile, 600)
+
+    assert sent == []
+    assert result == {"unrecorded": 1, "republished": 0, "dead_lettered": 0}
+    assert [(log["case_ids"], log["older_than_seconds"]) for log in logs] == [(["lost-20"], 900)]
+    assert metrics.calls == [("healed", (0, 0)), ("ledger_unrecorded", 1)]
+
+
+def test_a_heal_that_fails_still_sets_the_gauge(
+    store: FlakyStore, monkeypatch: pytest.MonkeyPatch, metrics: CountingMetrics
+) -> None:
+    """The broker refused the copies: the gauge counts what is left before the error goes
+    up, so the alert sees a self-heal that cannot send."""
+    from kombu.exceptions import OperationalError
+
+    def refused(*args: Any, **kwargs: Any) -> str:
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(publishing, "send", refused)
+    monkeypatch.setattr(APP, "producer_or_acquire", lambda: nullcontext(None))
+    noted(store, [("lost-20", 20, 0), ("lost-12", 12, 0)])
+
+    with pytest.raises(OperationalError, match="Connection refused"):
+        run(reconcile, 600)
+
+    assert metrics.calls == [("ledger_unrecorded", 1)]
+
+
 def test_a_run_gives_its_lease_back(store: FlakyStore, sent: list[tuple[str, Any]]) -> None:
     run(reconcile, 600)
 
@@ -211,7 +249,7 @@ def test_nothing_unrecorded_is_one_info_line(
             "unrecorded": 0,
             "republished": 0,
             "dead_lettered": 0,
-            "older_than_seconds": 600,
+            "older_than_seconds": 900,
             "republish_after_seconds": 900,
             "republishing": "done",
         }

@@ -42,11 +42,12 @@ class Ledger:
     def __init__(self) -> None:
         self.noted: list[LedgerEntry] = []
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
+        assert not sent, "a publisher notes its messages unsent, then confirms them"
         self.noted.extend(entries)
 
-    def close_entries(self, write_ids: Sequence[str]) -> None:
-        raise AssertionError("nothing fails to send here")
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        assert set(write_ids) <= {entry.write_id for entry in self.noted}
 
 
 def lines(*rows: str) -> list[tuple[int, bytes]]:

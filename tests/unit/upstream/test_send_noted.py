@@ -1,5 +1,6 @@
-"""send_noted keeps in the ledger only what the broker took: a failed send closes the entries
-of its task and of every task after it, and says so when the store cannot close them."""
+"""send_noted publishes in the ledger only what the broker took: it notes every message unsent,
+sends, then confirms the notes of the tasks the broker took; a failed note or send leaves
+unconfirmed notes, which nothing lists, and a failed confirmation says the messages went."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from tests.conftest import FIXED_NOW
-from worker.errors import TransientError
+from worker.errors import SentUnconfirmed, TransientError
 from worker.stores.ledger import LedgerEntry
 from worker.upstream.publishing import Outgoing, send_noted
 from worker.upstream.reconcile import republish
@@ -35,20 +36,32 @@ class Broker:
 
 
 class Ledger:
-    """The ledger's writes, kept in memory: open entries by write id."""
+    """The ledger's writes, kept in memory: notes not sent yet, and open (published) entries,
+    by write id."""
 
-    def __init__(self, *, closes: bool = True) -> None:
+    def __init__(self, *, notes: bool = True, confirms: bool = True) -> None:
+        self.unsent: dict[str, LedgerEntry] = {}
         self.open: dict[str, LedgerEntry] = {}
-        self.closes = closes
+        self.notes = notes
+        self.confirms = confirms
 
-    def note_published(self, entries: Sequence[LedgerEntry]) -> None:
-        self.open.update((entry.write_id, entry) for entry in entries)
+    def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
+        if not self.notes:
+            raise TransientError("the write reached 0 of 1 replica in 200 ms")
+        for entry in entries:
+            (self.open if sent else self.unsent)[entry.write_id] = entry
 
-    def close_entries(self, write_ids: Sequence[str]) -> None:
-        if not self.closes:
+    def confirm_sent(self, write_ids: Sequence[str]) -> None:
+        if not self.confirms:
             raise TransientError("Redis at 127.0.0.1:6379 did not answer")
         for write_id in write_ids:
-            del self.open[write_id]
+            if write_id in self.unsent:
+                self.open[write_id] = self.unsent.pop(write_id)
+
+    def close_entries(self, write_ids: Sequence[str]) -> None:
+        for write_id in write_ids:
+            self.open.pop(write_id, None)
+            self.unsent.pop(write_id, None)
 
     def ledger_now(self) -> datetime:
         return FIXED_NOW
@@ -82,7 +95,9 @@ def tasks(count: int, per_task: int = 2) -> list[Outgoing]:
     ]
 
 
-def test_a_failed_send_closes_the_entries_of_its_task_and_every_later_one() -> None:
+def test_a_failed_send_publishes_the_notes_of_the_tasks_the_broker_took_only() -> None:
+    """Two of five tasks taken: their entries are confirmed (listed), the failed task's and
+    those after it stay unsent notes, which nothing lists nor sends."""
     broker, ledger = Broker(takes=2), Ledger()
     taken: list[Outgoing] = []
 
@@ -92,29 +107,43 @@ def test_a_failed_send_closes_the_entries_of_its_task_and_every_later_one() -> N
     assert broker.sent == ["task-0", "task-1"]
     assert [task.task_id for task in taken] == ["task-0", "task-1"]
     assert sorted(ledger.open) == ["task-0:0", "task-0:1", "task-1:0", "task-1:1"]
+    assert sorted(ledger.unsent) == [f"task-{n}:{p}" for n in (2, 3, 4) for p in (0, 1)]
 
 
-def test_every_entry_stays_open_when_every_send_is_taken() -> None:
+def test_every_entry_is_published_when_every_send_is_taken() -> None:
     broker, ledger = Broker(takes=3), Ledger()
 
     send_noted(cast(Celery, broker), tasks(3), queue="q", ledger=ledger)
 
-    assert len(ledger.open) == 6
+    assert (len(ledger.open), ledger.unsent) == (6, {})
 
 
-def test_entries_the_store_cannot_close_are_named_beside_the_send_error() -> None:
-    broker, ledger = Broker(takes=1), Ledger(closes=False)
+def test_a_note_the_store_cannot_confirm_sends_nothing() -> None:
+    """The note's write (or its replicas' wait) failed: no task goes, and no entry is open."""
+    broker, ledger = Broker(takes=3), Ledger(notes=False)
 
-    with pytest.raises(TransientError) as raised:
+    with pytest.raises(TransientError, match="0 of 1 replica"):
         send_noted(cast(Celery, broker), tasks(3), queue="q", ledger=ledger)
 
+    assert (broker.sent, ledger.open) == ([], {})
+
+
+def test_a_confirmation_the_store_cannot_write_says_the_messages_went() -> None:
+    """Every task taken, the confirmation failed: SentUnconfirmed, counting the messages
+    sent, after on_sent of each task (the caller counts them sent)."""
+    broker, ledger = Broker(takes=3), Ledger(confirms=False)
+    taken: list[Outgoing] = []
+
+    with pytest.raises(SentUnconfirmed) as raised:
+        send_noted(cast(Celery, broker), tasks(3), queue="q", ledger=ledger, on_sent=taken.append)
+
     assert str(raised.value) == (
-        "sending failed (Error 111 connecting to 127.0.0.1:1. Connection refused.), and the "
-        "ledger entries of the 4 messages not sent could not be closed (Redis at "
-        "127.0.0.1:6379 did not answer): `reconcile` lists them until "
-        "EVIDENCE_LEDGER_TTL_SECONDS has passed"
+        "the broker took 6 messages, but the ledger could not confirm them (Redis at "
+        "127.0.0.1:6379 did not answer): if the broker loses them, `reconcile` will not list "
+        "them"
     )
-    assert isinstance(raised.value.__cause__, OperationalError)
+    assert (raised.value.sent, len(taken), broker.sent) == (6, 3, ["task-0", "task-1", "task-2"])
+    assert ledger.open == {}
 
 
 class Producing(Broker):
@@ -140,9 +169,10 @@ def test_republish_closes_the_originals_of_the_copies_sent_before_a_failure_only
             on_sent=lambda entry, task_id: told.append((entry.write_id, task_id)),
         )
 
-    # Two copies went: their originals are closed and their own entries stay open; the
-    # failed copy's entry and the one after it are closed, their originals still open.
+    # Two copies went: their originals are closed and their own entries are open; the
+    # failed copy's entry and the one after it are unsent notes, their originals still open.
     assert told == [("task-0:0", broker.sent[0]), ("task-0:1", broker.sent[1])]
     assert sorted(ledger.open) == sorted(
         ["task-1:0", "task-1:1", f"{broker.sent[0]}:0", f"{broker.sent[1]}:0"]
     )
+    assert len(ledger.unsent) == 2
