@@ -341,7 +341,7 @@ class Settings(BaseSettings):
         # kombu hands ssl_* query parameters to py-amqp under names it does not accept, so
         # the worker would fail on every connection attempt with a TypeError.
         parts = urlsplit(value)
-        if parts.scheme in {"amqp", "amqps", "pyamqp"} and any(
+        if parts.scheme in {"amqp", "amqps"} and any(
             name.startswith("ssl_") for name, _ in parse_qsl(parts.query)
         ):
             raise ValueError(

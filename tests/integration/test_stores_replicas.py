@@ -251,6 +251,7 @@ def test_publish_sends_nothing_while_the_replica_lags_then_everything(
     assert (back, queue_length(BROKER_URL, queue)) == (OK, 3)
     assert back_err.splitlines()[-1] == (
         f"publish: sent 3 messages in 3 tasks to queue {queue}; 0 lines rejected"
+        f" (store {replicated_redis.url}, broker {BROKER_URL})"
     )
     client = replicated_redis.replica_client()
     try:

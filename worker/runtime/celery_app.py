@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # back on the queue within visibility_timeout + this, well inside the +30 s we promise.
 UNACKED_RESTORE_INTERVAL_SECONDS = 5
 REDIS_SCHEMES = ("redis://", "rediss://", "sentinel://")
-AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
+AMQP_SCHEMES = ("amqp://", "amqps://")
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

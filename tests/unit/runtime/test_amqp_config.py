@@ -16,7 +16,7 @@ from worker.upstream.publishing import CONFIRM_TIMEOUT_SECONDS, send
 AMQP_URL = "amqp://guest:guest@rabbit.example:5672//"
 
 
-@pytest.mark.parametrize("scheme", ["amqp", "amqps", "pyamqp"])
+@pytest.mark.parametrize("scheme", ["amqp", "amqps"])
 def test_an_amqp_broker_declares_quorum_queues_and_confirms_every_publish(scheme: str) -> None:
     """Every amqp scheme: quorum queues (default and created on demand), confirms, persistent."""
     config = celery_config(Settings(broker_url=f"{scheme}://guest:guest@rabbit.example//"))
