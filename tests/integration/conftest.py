@@ -9,8 +9,9 @@ import pytest
 import redis
 
 from tests.integration.redis_cluster import Cluster, running_cluster
+from tests.integration.worker_harness import REDIS_PORT
 
-REDIS_URL = "redis://127.0.0.1:6379/14"
+REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/14"
 
 
 def check_redis() -> None:

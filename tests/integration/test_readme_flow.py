@@ -27,13 +27,13 @@ from contracts import AttributionResult, input_hash
 from contracts.records import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import EXAMPLES, ROOT
 from tests.factories import procfile_worker
-from tests.integration.worker_harness import Launcher, Worker
+from tests.integration.worker_harness import REDIS_PORT, Launcher, Worker
 from worker.cli import exit_codes as runs
 from worker.stores.base import History
 
 pytestmark = pytest.mark.integration
 
-REDIS_URL = "redis://127.0.0.1:6379/9"
+REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/9"
 DOC_STORE_URL = "redis://localhost:6379/0"  # what the page's commands name
 EXAMPLE = EXAMPLES / "attribution-results.jsonl"
 BIN = Path(sys.executable).parent  # the venv's console scripts: celery, evidence-worker

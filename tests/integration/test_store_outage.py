@@ -31,6 +31,8 @@ from tests.integration.worker_harness import (
 )
 from worker.stores.redis import RedisStore
 
+pytestmark = pytest.mark.integration
+
 start_worker = worker_harness.start_worker
 redis_server = worker_harness.redis_server
 publisher = worker_harness.publisher

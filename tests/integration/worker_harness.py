@@ -29,6 +29,7 @@ from kombu import Connection
 from contracts import AttributionResult, input_hash
 from contracts.records import REJECTED, SCORED
 from tests.integration.fault_proxy import FaultProxy
+from tests.servers import redis_port
 from worker.bench.launch import worker_command
 from worker.constants import SCORE
 from worker.runtime.celery_app import create_app
@@ -37,10 +38,11 @@ from worker.stores.base import History
 from worker.stores.redis import RedisStore
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKER_URL = "redis://127.0.0.1:6379/12"
-STORE_URL = "redis://127.0.0.1:6379/14"
+# The Redis of the broker and the store: the machine's, or under pytest-xdist this worker's own.
+REDIS_PORT = redis_port()
+BROKER_URL = f"redis://127.0.0.1:{REDIS_PORT}/12"
+STORE_URL = f"redis://127.0.0.1:{REDIS_PORT}/14"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
-REDIS_PORT = 6379  # the shared Redis, broker and store
 RECORD_EVENTS = (SCORED, REJECTED)
 # Generous: the machine may be busy, and a worker imports Ragas before it is ready.
 READY_TIMEOUT_SECONDS = 90.0
