@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 import socket
@@ -21,6 +22,7 @@ from hypothesis import settings
 from contracts import AttributionResult
 from tests import servers
 from worker.cli import main
+from worker.cli.progress import Progress
 
 ALERT_LINES = frozenset({"evidence_coverage.nondeterminism", "evidence_coverage.contract_drift"})
 
@@ -114,6 +116,16 @@ def servers_need_the_mark(
     complaint = use.complaint()
     if complaint is not None:
         pytest.fail(complaint, pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_wall_clock_progress(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI run in-process prints no progress line: off a terminal one comes every 2 s of wall
+    clock, so a loaded machine added one to runs whose stderr the tests read line by line. The
+    progress tests (their `clock` fixture) drive Progress with a fake clock instead."""
+    if "clock" not in request.fixturenames:
+        defaults = {**(Progress.__init__.__kwdefaults__ or {}), "every_seconds": math.inf}
+        monkeypatch.setattr(Progress.__init__, "__kwdefaults__", defaults)
 
 
 @pytest.fixture(autouse=True)
