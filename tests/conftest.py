@@ -7,8 +7,6 @@ import json
 import math
 import os
 import re
-import socket
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +19,7 @@ from hypothesis import settings
 
 from contracts import AttributionResult
 from tests import servers
+from tests.servers import servers_need_the_mark  # noqa: F401  (an autouse fixture)
 from worker.cli import main
 from worker.cli.progress import Progress
 
@@ -82,40 +81,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 PRIVATE_REDIS = pytest.StashKey[servers.PrivateRedis]()
-
-
-@pytest.fixture(autouse=True)
-def servers_need_the_mark(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[None]:
-    """A test not marked `integration` that connects to Redis or RabbitMQ, or starts a server,
-    fails with what to add: `make check` runs exactly the unmarked tests, with no server up."""
-    if request.node.get_closest_marker("integration") is not None:
-        yield
-        return
-    use = servers.ServerUse(request.node.nodeid)
-    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
-    real_popen_init = subprocess.Popen.__init__
-
-    def connect(self: socket.socket, address: Any) -> None:
-        use.check_address(address)
-        real_connect(self, address)
-
-    def connect_ex(self: socket.socket, address: Any) -> int:
-        use.check_address(address)
-        return real_connect_ex(self, address)
-
-    def popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
-        use.check_program(args)
-        real_popen_init(self, args, *rest, **options)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
-    monkeypatch.setattr(subprocess.Popen, "__init__", popen_init)
-    yield
-    complaint = use.complaint()
-    if complaint is not None:
-        pytest.fail(complaint, pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 REDIS_PORT_VARIABLE = "TEST_REDIS_PORT"
 MACHINE_REDIS_PORT = 6379
@@ -111,3 +115,37 @@ class PrivateRedis:
             self.process.kill()
             self.process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def servers_need_the_mark(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A test not marked `integration` that connects to Redis or RabbitMQ, or starts a server,
+    fails with what to add: `make check` runs exactly the unmarked tests, with no server up."""
+    if request.node.get_closest_marker("integration") is not None:
+        yield
+        return
+    use = ServerUse(request.node.nodeid)
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    real_popen_init = subprocess.Popen.__init__
+
+    def connect(self: socket.socket, address: Any) -> None:
+        use.check_address(address)
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        use.check_address(address)
+        return real_connect_ex(self, address)
+
+    def popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+        use.check_program(args)
+        real_popen_init(self, args, *rest, **options)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen_init)
+    yield
+    complaint = use.complaint()
+    if complaint is not None:
+        pytest.fail(complaint, pytrace=False)

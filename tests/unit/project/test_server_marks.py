@@ -81,7 +81,7 @@ def test_marked():
 def test_an_unmarked_test_that_connects_to_redis_fails_saying_what_to_add(tmp_path: Path) -> None:
     """Run by pytest with this suite's fixture, an unmarked test that reaches for Redis errors at
     teardown with the line to add, even when its code swallowed the refusal."""
-    (tmp_path / "conftest.py").write_text("from tests.conftest import servers_need_the_mark\n")
+    (tmp_path / "conftest.py").write_text("from tests.servers import servers_need_the_mark\n")
     (tmp_path / "test_uses_redis.py").write_text(UNMARKED)
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rE", "-W",
