@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.factories import without_progress
 from tests.servers import MARK_HINT, ServerUse
 
 NODE = "tests/unit/x/test_y.py::test_z"
@@ -95,3 +96,17 @@ def test_an_unmarked_test_that_connects_to_redis_fails_saying_what_to_add(tmp_pa
         "test_uses_redis.py::test_reads_redis needs a server (connects to 127.0.0.1:6379) but is "
         f"not marked integration: {MARK_HINT}"
     ) in " ".join(ran.stdout.split())
+
+
+def test_progress_lines_are_told_from_the_rest() -> None:
+    """Only the progress printer's exact line shapes are dropped from a stderr."""
+    stderr = (
+        "publish: 9 lines (2/s), 100%, ETA 0:00\n"
+        "score: 1,200 lines (598/s)\n"
+        "publish: sent 9 messages in 9 tasks to queue q; 1 line rejected\n"
+        "score: 1 line (1/s) and more\n"
+    )
+    assert without_progress(stderr) == [
+        "publish: sent 9 messages in 9 tasks to queue q; 1 line rejected",
+        "score: 1 line (1/s) and more",
+    ]
