@@ -17,9 +17,10 @@ EXAMPLE := contracts/examples/attribution-results.jsonl
 # ends it with exit 3 (nondeterminism, SPEC §7), which is the job done, not a failure of make.
 EXAMPLE_EXIT := 3
 
-# pytest-xdist processes for `make test`, and for `make check`'s tests. Chosen by measuring on
-# the 2-core CI machine (docs/development.md): the integration tests mostly wait on worker
-# subprocesses, servers and sleeps, so more processes than cores pays.
+# pytest-xdist processes for `make test`, and for `make check`'s tests. The integration tests
+# mostly wait on worker subprocesses, servers and sleeps, so more processes than the CI
+# machine's 2 cores should pay; the comparison of 2, 3 and 4 is still to make
+# (docs/development.md, "How long").
 PYTEST_WORKERS ?= 3
 CHECK_WORKERS ?= 2
 
