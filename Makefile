@@ -1,6 +1,6 @@
 # `make run` runs the main job, `make check` the fast lane (no server, no coverage), `make test`
-# every check CI runs. Both work in .venv, made
-# from the lock files when missing; nothing is installed outside it.
+# every check CI runs. All work in .venv, made from the lock files when missing; nothing is
+# installed outside it.
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -71,7 +71,7 @@ typecheck: $(VENV)/.dev  ## mypy: strict for the package, lighter for the tests
 layers: $(VENV)/.dev  ## the import layers (pyproject.toml [tool.importlinter])
 	lint-imports
 
-pytest: $(VENV)/.dev services  ## every test, over $(PYTEST_WORKERS) processes, with coverage
+pytest: $(VENV)/.dev services  ## every test, over PYTEST_WORKERS processes, with coverage
 	pytest -n $(PYTEST_WORKERS)
 
 check: lint typecheck layers  ## the fast lane: lint, types, layers, every test that needs no server
