@@ -26,7 +26,9 @@ from tests.integration.worker_harness import (
 )
 from worker.runtime.announcement import announcement_name, refusal
 
-pytestmark = pytest.mark.integration
+# One xdist worker runs every test on the machine's RabbitMQ, in turn: test_rabbitmq.py restarts
+# it, which cut the others' connections (a TLS worker logged "Connected to" twice).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("rabbitmq")]
 
 start_worker = harness.start_worker
 queue = harness.queue

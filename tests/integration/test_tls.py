@@ -45,7 +45,9 @@ from worker.settings import Settings
 from worker.stores import open_store
 from worker.stores.redis import RedisStore
 
-pytestmark = pytest.mark.integration
+# One xdist worker runs every test on the machine's RabbitMQ, in turn: test_rabbitmq.py restarts
+# it, which cut the others' connections (a TLS worker logged "Connected to" twice).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("rabbitmq")]
 
 PASSWORD = f"tls-s3cret-{uuid.uuid4().hex[:10]}"
 CERTIFICATE_FAILED = "CERTIFICATE_VERIFY_FAILED"
