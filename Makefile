@@ -72,7 +72,7 @@ layers: $(VENV)/.dev  ## the import layers (pyproject.toml [tool.importlinter])
 	lint-imports
 
 pytest: $(VENV)/.dev services  ## every test, over PYTEST_WORKERS processes, with coverage
-	pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	pytest -n $(PYTEST_WORKERS)
 
 check: lint typecheck layers  ## the fast lane: lint, types, layers, every test that needs no server
 	pytest -m "not integration" --no-cov -p no:cacheprovider -q -n $(CHECK_WORKERS)

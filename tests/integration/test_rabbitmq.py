@@ -37,9 +37,9 @@ from worker.stores.keys import outcome_key
 from worker.stores.redis import RedisStore
 from worker.upstream.publishing import send
 
-# One xdist worker runs every test on the machine's RabbitMQ, in turn: test_rabbitmq.py restarts
-# it, which cut the others' connections (a TLS worker logged "Connected to" twice).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("rabbitmq")]
+pytestmark = pytest.mark.integration
+# The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).
+rabbitmq_turn = harness.rabbitmq_turn
 
 # The harness's factory fixtures, used by name below.
 start_worker = harness.start_worker

@@ -26,9 +26,9 @@ from tests.integration.worker_harness import (
 )
 from worker.runtime.announcement import announcement_name, refusal
 
-# One xdist worker runs every test on the machine's RabbitMQ, in turn: test_rabbitmq.py restarts
-# it, which cut the others' connections (a TLS worker logged "Connected to" twice).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("rabbitmq")]
+pytestmark = pytest.mark.integration
+# The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).
+rabbitmq_turn = harness.rabbitmq_turn
 
 start_worker = harness.start_worker
 queue = harness.queue

@@ -28,6 +28,7 @@ from celery import Celery
 from kombu import Connection, pools
 
 from contracts.records import SCORED
+from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import (
     AMQP_URL,
     POLL_SECONDS,
@@ -45,9 +46,9 @@ from worker.settings import Settings
 from worker.stores import open_store
 from worker.stores.redis import RedisStore
 
-# One xdist worker runs every test on the machine's RabbitMQ, in turn: test_rabbitmq.py restarts
-# it, which cut the others' connections (a TLS worker logged "Connected to" twice).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("rabbitmq")]
+pytestmark = pytest.mark.integration
+# The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).
+rabbitmq_turn = harness.rabbitmq_turn
 
 PASSWORD = f"tls-s3cret-{uuid.uuid4().hex[:10]}"
 CERTIFICATE_FAILED = "CERTIFICATE_VERIFY_FAILED"

@@ -8,6 +8,7 @@ factory fixtures clean up after themselves: every worker's whole process group i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -509,6 +510,21 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.kill()
+
+
+# test_rabbitmq.py restarts the machine's RabbitMQ, which cut the connection of a TLS worker of
+# another xdist process (it logged "Connected to" twice and its test failed): the modules that
+# use RabbitMQ take turns, a module at a time, across every pytest process on the machine.
+RABBITMQ_LOCK = Path("/tmp/evidence-coverage-tests-rabbitmq.lock")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rabbitmq_turn() -> Iterator[None]:
+    """Imported into a module (`rabbitmq_turn = harness.rabbitmq_turn`): its tests hold the
+    machine's RabbitMQ alone, from before its first fixture to after its last."""
+    with RABBITMQ_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture
