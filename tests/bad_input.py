@@ -24,6 +24,9 @@ RESULTS = str(EXAMPLES / "attribution-results.jsonl")
 HASH = "0" * 64
 CONFIG = f"{PROG}: configuration error: "
 REDIS_HINT = "use redis://host:port/db, db a database number the server has (0-15 by default)"
+# How long one CLI run may take before it counts as hung: a guard, not a measure. A loaded
+# 2-core machine took 27 s to start `canary` (it imports the scorer), past the 30 s this was.
+HANG_SECONDS = 100
 LEDGER_DB = "sqlite:///ledger.sqlite3"  # a publish ledger that is there, in the run's directory
 # Root reads and writes through permission bits: a case that needs them to hold runs without
 # the capabilities that let it (setpriv, from util-linux).
@@ -105,7 +108,7 @@ def check(case: Case, directory: Path) -> None:
             stdout=subprocess.PIPE if case.stdout == "pipe" else sink,
             stderr=subprocess.PIPE,
             preexec_fn=closing(*closed) if closed else None,
-            timeout=30,
+            timeout=HANG_SECONDS,
             check=False,
         )
     stdout = run.stdout.decode(errors="replace") if run.stdout else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -17,7 +18,10 @@ import structlog
 from hypothesis import settings
 
 from contracts import AttributionResult
+from tests import servers
+from tests.servers import servers_need_the_mark  # noqa: F401  (an autouse fixture)
 from worker.cli import main
+from worker.cli.progress import Progress
 
 ALERT_LINES = frozenset({"evidence_coverage.nondeterminism", "evidence_coverage.contract_drift"})
 
@@ -60,6 +64,33 @@ CITED_SUPPORTED: list[dict[str, Any]] = [
     {"claim_id": "refund-window", "document_id": "policy/returns#window", "answer_span": [0, 36]},
     {"claim_id": "support-channel", "document_id": "help/contact#chat", "answer_span": [37, 69]},
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, this worker's own Redis, named before any test module is imported."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and config.option.markexpr != "not integration":
+        private = servers.PrivateRedis()
+        private.start()
+        config.stash[PRIVATE_REDIS] = private
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    private = config.stash.get(PRIVATE_REDIS, None)
+    if private is not None:
+        private.stop()
+
+
+PRIVATE_REDIS = pytest.StashKey[servers.PrivateRedis]()
+
+
+@pytest.fixture(autouse=True)
+def no_wall_clock_progress(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI run in-process prints no progress line: off a terminal one comes every 2 s of wall
+    clock, so a loaded machine added one to runs whose stderr the tests read line by line. The
+    progress tests (their `clock` fixture) drive Progress with a fake clock instead."""
+    if "clock" not in request.fixturenames:
+        defaults = {**(Progress.__init__.__kwdefaults__ or {}), "every_seconds": math.inf}
+        monkeypatch.setattr(Progress.__init__, "__kwdefaults__", defaults)
 
 
 @pytest.fixture(autouse=True)

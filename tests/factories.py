@@ -3,6 +3,7 @@ and the Procfile's command lines."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -197,3 +198,14 @@ def publisher_clock(monkeypatch: Any, offset: timedelta) -> datetime:
         ):
             monkeypatch.setattr(module, "datetime", Skewed)
     return Skewed.now(UTC)
+
+
+# worker/cli/progress.py: off a terminal, a command prints this line every 2 s of wall clock,
+# so a loaded machine adds it to a subprocess's stderr; the progress tests cover it with a
+# fake clock.
+PROGRESS_LINE = re.compile(r"[a-z-]+: [\d,]+ lines? \([\d,]+/s\)(, \d+%, ETA \d+:\d\d)?")
+
+
+def without_progress(stderr: str) -> list[str]:
+    """stderr's lines, less the progress lines (whose number depends on the machine's speed)."""
+    return [line for line in stderr.splitlines() if not PROGRESS_LINE.fullmatch(line)]

@@ -9,22 +9,28 @@ import pytest
 import redis
 
 from tests.integration.redis_cluster import Cluster, running_cluster
+from tests.servers import redis_port
 
-REDIS_URL = "redis://127.0.0.1:6379/14"
+
+def redis_url_14() -> str:
+    """DB 14 of the tests' Redis. A function, not a constant: this conftest is imported before
+    pytest_configure names an xdist worker's own Redis (tests/conftest.py)."""
+    return f"redis://127.0.0.1:{redis_port()}/14"
 
 
 def check_redis() -> None:
     """Fail loudly when Redis is missing: CI must never turn these tests into skips."""
+    url = redis_url_14()
     try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
     except redis.ConnectionError as error:
-        pytest.fail(f"integration tests need Redis at {REDIS_URL}: {error}", pytrace=False)
+        pytest.fail(f"integration tests need Redis at {url}: {error}", pytrace=False)
 
 
 @pytest.fixture
 def redis_url() -> str:
     check_redis()
-    return REDIS_URL
+    return redis_url_14()
 
 
 @pytest.fixture

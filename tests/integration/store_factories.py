@@ -34,6 +34,10 @@ UNKNOWN_REASON = (
 
 StoreFactory = Callable[..., ResultStore]
 
+# The kinds on a real server carry the `integration` mark (`make check` runs the others).
+REDIS = pytest.param("redis", marks=pytest.mark.integration)
+CLUSTER = pytest.param("cluster", marks=pytest.mark.integration)
+
 
 def attempt(
     n: int = 1,
@@ -88,14 +92,14 @@ def store_factory(
         store.close()
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", "fakeredis", REDIS, CLUSTER])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """Every store kind in turn, built with keyword options (max_attempts_per_hash, ttl...)."""
     with store_factory(request.param, request, tmp_path) as make:
         yield make
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
+@pytest.fixture(params=["fakeredis", REDIS])
 def make_redis_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """The Redis-backed store kinds only, for checks on Redis keys."""
     with store_factory(request.param, request, tmp_path) as make:
@@ -165,7 +169,7 @@ def write_version_0_redis(store: RedisStore, histories: Histories) -> None:
 LegacyFactory = Callable[[Histories], ResultStore]
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis"])
+@pytest.fixture(params=["sqlite", "fakeredis", REDIS])
 def make_legacy_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LegacyFactory]:
     """Every store kind in turn, opened on histories the previous version wrote."""
     with store_factory(request.param, request, tmp_path) as make:

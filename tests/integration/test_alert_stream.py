@@ -11,7 +11,7 @@ import pytest
 
 from contracts import Alert
 from tests import factories
-from tests.integration.store_factories import StoreFactory, store_factory
+from tests.integration.store_factories import CLUSTER, REDIS, StoreFactory, store_factory
 from worker.stores import ResultStore
 from worker.stores import redis as redis_store
 from worker.stores import sqlite as sqlite_store
@@ -22,13 +22,13 @@ from worker.stores.redis import RedisStore
 HOUR = timedelta(hours=1)
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", "fakeredis", REDIS, CLUSTER])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ResultStore]:
     with store_factory(request.param, request, tmp_path) as make:
         yield make()
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
+@pytest.fixture(params=["fakeredis", REDIS])
 def redis_kind(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisStore]:
     make: StoreFactory
     with store_factory(request.param, request, tmp_path) as make:

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.integration.worker_harness import REDIS_PORT
 from worker.cli import main
 
 pytestmark = pytest.mark.integration
 
-BENCH_BROKER = "redis://127.0.0.1:6379/11"
+BENCH_BROKER = f"redis://127.0.0.1:{REDIS_PORT}/11"
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -8,55 +8,62 @@ from pathlib import Path
 import pytest
 
 from tests.bad_input import CONFIG, HASH, LEDGER_DB, REDIS_HINT, RESULTS, Case, check
+from tests.integration.worker_harness import REDIS_PORT
 
 pytestmark = pytest.mark.integration
 
 NO_DB_99 = (
-    f"{CONFIG}store redis://127.0.0.1:6379/99: the Redis server has no such database: {REDIS_HINT}"
+    f"{CONFIG}store redis://127.0.0.1:{REDIS_PORT}/99: the Redis server has no such database: "
+    f"{REDIS_HINT}"
 )
 
 CASES: dict[str, Case] = {
     "score Redis DB out of range": Case(
-        ["score", RESULTS, "--store", "redis://127.0.0.1:6379/99"], NO_DB_99
+        ["score", RESULTS, "--store", f"redis://127.0.0.1:{REDIS_PORT}/99"], NO_DB_99
     ),
     "score Redis DB out of range, password masked": Case(
-        ["score", RESULTS, "--store", "redis://:secret@127.0.0.1:6379/99"],
-        f"{CONFIG}store redis://:**@127.0.0.1:6379/99: the Redis server has no such database: "
-        f"{REDIS_HINT}",
+        ["score", RESULTS, "--store", f"redis://:secret@127.0.0.1:{REDIS_PORT}/99"],
+        f"{CONFIG}store redis://:**@127.0.0.1:{REDIS_PORT}/99: the Redis server has no such "
+        f"database: {REDIS_HINT}",
     ),
     "score EVIDENCE_STORE_URL Redis DB out of range": Case(
-        ["score", RESULTS], NO_DB_99, env={"EVIDENCE_STORE_URL": "redis://127.0.0.1:6379/99"}
+        ["score", RESULTS],
+        NO_DB_99,
+        env={"EVIDENCE_STORE_URL": f"redis://127.0.0.1:{REDIS_PORT}/99"},
     ),
     "show Redis DB out of range": Case(
-        ["show", HASH, "--store", "redis://127.0.0.1:6379/99"], NO_DB_99
+        ["show", HASH, "--store", f"redis://127.0.0.1:{REDIS_PORT}/99"], NO_DB_99
     ),
     "alerts Redis DB out of range": Case(
-        ["alerts", "--store", "redis://127.0.0.1:6379/99"], NO_DB_99
+        ["alerts", "--store", f"redis://127.0.0.1:{REDIS_PORT}/99"], NO_DB_99
     ),
     "canary Redis DB out of range": Case(
-        ["canary", "--store", "redis://127.0.0.1:6379/99"], NO_DB_99
+        ["canary", "--store", f"redis://127.0.0.1:{REDIS_PORT}/99"], NO_DB_99
     ),
     "alerts Redis refuses the login": Case(
-        ["alerts", "--store", "redis://nobody:wrong@127.0.0.1:6379/13"],
-        f"{CONFIG}store redis://nobody:**@127.0.0.1:6379/13: Redis refused the login: invalid "
-        "username-password pair or user is disabled.",
+        ["alerts", "--store", f"redis://nobody:wrong@127.0.0.1:{REDIS_PORT}/13"],
+        f"{CONFIG}store redis://nobody:**@127.0.0.1:{REDIS_PORT}/13: Redis refused the login: "
+        "invalid username-password pair or user is disabled.",
     ),
     "publish broker Redis DB out of range": Case(
         ["publish", RESULTS],
-        f"{CONFIG}EVIDENCE_BROKER_URL: redis://127.0.0.1:6379/99: the Redis server has no "
+        f"{CONFIG}EVIDENCE_BROKER_URL: redis://127.0.0.1:{REDIS_PORT}/99: the Redis server has no "
         f"such database: {REDIS_HINT}",
-        env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:6379/99", "EVIDENCE_STORE_URL": LEDGER_DB},
+        env={
+            "EVIDENCE_BROKER_URL": f"redis://127.0.0.1:{REDIS_PORT}/99",
+            "EVIDENCE_STORE_URL": LEDGER_DB,
+        },
     ),
     # The ledger is noted before the first send: its store answers first.
     "publish ledger store Redis DB out of range": Case(
         ["publish", RESULTS],
-        f"{CONFIG}store redis://127.0.0.1:6379/99: the Redis server has no such database: "
+        f"{CONFIG}store redis://127.0.0.1:{REDIS_PORT}/99: the Redis server has no such database: "
         f"{REDIS_HINT}",
-        env={"EVIDENCE_BROKER_URL": "redis://127.0.0.1:6379/99"},
+        env={"EVIDENCE_BROKER_URL": f"redis://127.0.0.1:{REDIS_PORT}/99"},
     ),
     "reconcile Redis DB out of range": Case(
-        ["reconcile", "--store", "redis://127.0.0.1:6379/99"],
-        f"{CONFIG}store redis://127.0.0.1:6379/99: the Redis server has no such database: "
+        ["reconcile", "--store", f"redis://127.0.0.1:{REDIS_PORT}/99"],
+        f"{CONFIG}store redis://127.0.0.1:{REDIS_PORT}/99: the Redis server has no such database: "
         f"{REDIS_HINT}",
     ),
 }

@@ -12,13 +12,14 @@ import redis
 
 from contracts import AttributionResult, input_hash
 from tests.conftest import FIXED_NOW
+from tests.integration.worker_harness import REDIS_PORT
 from worker.client import EvidenceClient
 from worker.pipeline.scoring import Delivery, process
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-BROKER_DB_URL = "redis://127.0.0.1:6379/13"
+BROKER_DB_URL = f"redis://127.0.0.1:{REDIS_PORT}/13"
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import MessageFactory, all_scored, distinct
 from tests.integration.redis_cluster import Cluster, free_ports, running_cluster
 from tests.integration.worker_harness import (
+    REDIS_PORT,
     ROOT,
     Line,
     Worker,
@@ -514,9 +515,9 @@ def refusals(redis_cluster: Cluster, lonely_node: str) -> dict[str, tuple[str, s
             True,
         ),
         "declared cluster is one Redis": (
-            "redis://127.0.0.1:6379/0",
-            "store redis://127.0.0.1:6379/0 is a single Redis, not a node of a Redis Cluster "
-            "(EVIDENCE_STORE_CLUSTER=true): name a cluster node, or unset it",
+            f"redis://127.0.0.1:{REDIS_PORT}/0",
+            f"store redis://127.0.0.1:{REDIS_PORT}/0 is a single Redis, not a node of a Redis "
+            "Cluster (EVIDENCE_STORE_CLUSTER=true): name a cluster node, or unset it",
             True,
         ),
     }

@@ -14,13 +14,22 @@ from typing import cast
 import pytest
 
 from tests.conftest import FIXED_NOW
-from tests.integration.store_factories import HASH, StoreFactory, attempt, store_factory
+from tests.integration.store_factories import (
+    CLUSTER,
+    HASH,
+    REDIS,
+    StoreFactory,
+    attempt,
+    store_factory,
+)
 from worker.settings import DEAD_LETTER_MAX_BYTES
 from worker.stores import DeadLetter, ResultStore
 from worker.stores.keys import dead_letters_key
 from worker.stores.ledger import LedgerEntry
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore
+
+pytestmark = pytest.mark.integration
 
 HUNDRED_MB = 100 * 1024 * 1024
 OLD_LETTER = {
@@ -31,7 +40,7 @@ OLD_LETTER = {
 }
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", "fakeredis", REDIS, CLUSTER])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """Every store kind in turn, built with keyword options."""
     with store_factory(request.param, request, tmp_path) as make:

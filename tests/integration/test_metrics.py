@@ -19,6 +19,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.integration.worker_harness import REDIS_PORT
 from worker.bench.launch import worker_command
 from worker.observability.metrics import MULTIPROC_ENV, SINGLE_PROCESS_PROBLEM, known_message_labels
 from worker.runtime.celery_app import create_app
@@ -26,7 +27,7 @@ from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-BROKER_URL = "redis://127.0.0.1:6379/12"
+BROKER_URL = f"redis://127.0.0.1:{REDIS_PORT}/12"
 
 
 def free_port() -> int:

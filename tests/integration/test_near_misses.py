@@ -14,12 +14,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from celery import Celery
 
 from contracts.records import CONTRACT_DRIFT, SCORED
 from tests.conftest import EXAMPLES, ROOT
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import STORE_URL, Worker, send_scores
+
+pytestmark = pytest.mark.integration
 
 start_worker = harness.start_worker
 publisher = harness.publisher

@@ -14,7 +14,10 @@ import pytest
 import redis
 
 from tests.conftest import EXAMPLES, Run
+from tests.integration.store_factories import REDIS
 from tests.integration.store_outputs import restore_redis_keys
+
+pytestmark = pytest.mark.integration
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "store-28e2bf7"
 POLICY = EXAMPLES / "policy.toml"
@@ -30,7 +33,7 @@ def old_hashes() -> list[str]:
     )
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", REDIS])
 def old_store(
     request: pytest.FixtureRequest,
     tmp_path: Path,

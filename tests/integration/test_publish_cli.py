@@ -30,6 +30,7 @@ from contracts.records import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import BASE_MESSAGE, EXAMPLES, ROOT
 from tests.integration.worker_harness import (
     PRIORITY_SEP,
+    REDIS_PORT,
     STORE_URL,
     Launcher,
     flush_queue,
@@ -46,7 +47,7 @@ from worker.wording import counted
 
 pytestmark = pytest.mark.integration
 
-BROKER_URL = "redis://127.0.0.1:6379/10"
+BROKER_URL = f"redis://127.0.0.1:{REDIS_PORT}/10"
 EXAMPLE = EXAMPLES / "attribution-results.jsonl"
 CONSOLE_SCRIPT = Path(sys.executable).parent / "evidence-worker"
 PROG = "evidence-worker"

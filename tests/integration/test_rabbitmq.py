@@ -38,6 +38,8 @@ from worker.stores.redis import RedisStore
 from worker.upstream.publishing import send
 
 pytestmark = pytest.mark.integration
+# The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).
+rabbitmq_turn = harness.rabbitmq_turn
 
 # The harness's factory fixtures, used by name below.
 start_worker = harness.start_worker

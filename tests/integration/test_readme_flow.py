@@ -26,14 +26,14 @@ import redis
 from contracts import AttributionResult, input_hash
 from contracts.records import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import EXAMPLES, ROOT
-from tests.factories import procfile_worker
-from tests.integration.worker_harness import Launcher, Worker
+from tests.factories import procfile_worker, without_progress
+from tests.integration.worker_harness import REDIS_PORT, Launcher, Worker
 from worker.cli import exit_codes as runs
 from worker.stores.base import History
 
 pytestmark = pytest.mark.integration
 
-REDIS_URL = "redis://127.0.0.1:6379/9"
+REDIS_URL = f"redis://127.0.0.1:{REDIS_PORT}/9"
 DOC_STORE_URL = "redis://localhost:6379/0"  # what the page's commands name
 EXAMPLE = EXAMPLES / "attribution-results.jsonl"
 BIN = Path(sys.executable).parent  # the venv's console scripts: celery, evidence-worker
@@ -164,7 +164,7 @@ def test_the_documented_worker_flow(launcher: Launcher) -> None:
     assert publish.argv == ["evidence-worker", "publish", str(EXAMPLE.relative_to(ROOT))]
     published = finish(run(publish, commands_env))
     assert published.code == runs.INVALID, published.stderr
-    assert published.stderr.splitlines() == [
+    assert without_progress(published.stderr) == [
         "evidence-worker publish: line 7 not sent: schema: supported_claim_ids: Field "
         "required; supported_claims: Extra inputs are not permitted",
         f"publish: sent 9 messages in 9 tasks to queue {queue}; 1 line rejected"
@@ -209,7 +209,7 @@ def test_the_documented_worker_flow(launcher: Launcher) -> None:
     listed, shown = (finish(process) for process in [run(alerts, store_env), run(show, store_env)])
 
     assert listed.code == runs.NONDETERMINISM, listed.stderr
-    assert listed.stderr.splitlines() == [
+    assert without_progress(listed.stderr) == [
         f"alerts: 1 nondeterminism, 0 contract drift (store {REDIS_URL})"
     ]
     (alert,) = [json.loads(line) for line in listed.stdout.splitlines()]

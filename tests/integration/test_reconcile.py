@@ -38,6 +38,8 @@ from worker.settings import Settings
 from worker.stores.redis import RedisStore
 from worker.upstream.publishing import publish_lines
 
+pytestmark = pytest.mark.integration
+
 start_worker = harness.start_worker
 publisher = harness.publisher
 store = harness.store

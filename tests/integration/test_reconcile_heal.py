@@ -36,6 +36,8 @@ from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores.redis import RedisStore
 
+pytestmark = pytest.mark.integration
+
 start_worker = harness.start_worker
 publisher = harness.publisher
 store = harness.store

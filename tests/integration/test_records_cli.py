@@ -16,8 +16,10 @@ from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt
 from contracts.triage import Finding
 from tests import factories
 from tests.conftest import FIXED_NOW, Run
-from tests.integration.store_factories import build_store
+from tests.integration.store_factories import CLUSTER, REDIS, build_store
 from worker.stores import ResultStore, describe
+
+pytestmark = pytest.mark.integration
 
 H1, H2, H3, H4 = ("1" * 64, "2" * 64, "3" * 64, "4" * 64)
 POLICY = ("--min-coverage", "0.85")
@@ -45,7 +47,7 @@ def at(seconds: int, case_id: str, **fields: Any) -> Attempt:
     return factories.attempt(**values)
 
 
-@pytest.fixture(params=["sqlite", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", REDIS, CLUSTER])
 def store_url(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[ResultStore, str]]:

@@ -23,6 +23,7 @@ from tests.conftest import BASE_MESSAGE
 from tests.integration.conftest import check_redis
 from tests.integration.worker_harness import BROKER_URL as PLAIN_BROKER_URL
 from tests.integration.worker_harness import (
+    REDIS_PORT,
     STORE_URL,
     Launcher,
     Line,
@@ -39,8 +40,8 @@ pytestmark = pytest.mark.integration
 
 USER = f"evidence-test-{uuid.uuid4().hex[:6]}"
 PASSWORD = f"s3cret-pass-{uuid.uuid4().hex[:8]}"
-BROKER_URL = f"redis://{USER}:{PASSWORD}@127.0.0.1:6379/12"
-SECURED_STORE_URL = f"redis://{USER}:{PASSWORD}@127.0.0.1:6379/14"
+BROKER_URL = f"redis://{USER}:{PASSWORD}@127.0.0.1:{REDIS_PORT}/12"
+SECURED_STORE_URL = f"redis://{USER}:{PASSWORD}@127.0.0.1:{REDIS_PORT}/14"
 ANSWER = "Zebra-7731 confirms refunds are issued within 30 days of the return."
 CONTEXT = "Okapi-4419 handbook: refunds go back to the original payment method."
 SECRETS = (PASSWORD, ANSWER, CONTEXT, "Zebra-7731", "Okapi-4419")
@@ -177,7 +178,7 @@ def test_a_worker_authenticates_with_credentials_in_its_broker_and_store_urls(
 def test_the_password_never_appears_in_the_worker_output(secured: Secured) -> None:
     """The broker URL is logged with its password masked, and nowhere in full."""
     assert PASSWORD not in secured.output
-    assert f"Connected to redis://{USER}:**@127.0.0.1:6379/12" in secured.output
+    assert f"Connected to redis://{USER}:**@127.0.0.1:{REDIS_PORT}/12" in secured.output
 
 
 @pytest.mark.parametrize(

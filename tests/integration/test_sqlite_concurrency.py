@@ -25,6 +25,8 @@ from worker.stores import ResultStore
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore
 
+pytestmark = pytest.mark.integration
+
 PROCESSES = 6
 ROUNDS = 5
 BARRIER_TIMEOUT_SECONDS = 90

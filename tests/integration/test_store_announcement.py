@@ -16,10 +16,19 @@ import redis
 from kombu import Connection
 
 from tests.integration import worker_harness as harness
-from tests.integration.worker_harness import AMQP_URL, BROKER_URL, RedisServer, Worker, free_port
+from tests.integration.worker_harness import (
+    AMQP_URL,
+    BROKER_URL,
+    REDIS_PORT,
+    RedisServer,
+    Worker,
+    free_port,
+)
 from worker.runtime.announcement import announcement_name, refusal
 
 pytestmark = pytest.mark.integration
+# The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).
+rabbitmq_turn = harness.rabbitmq_turn
 
 start_worker = harness.start_worker
 queue = harness.queue
@@ -29,7 +38,7 @@ TTL_SECONDS = 3  # short, so that expiry is seen within a test
 ENV = {"EVIDENCE_STORE_ANNOUNCEMENT_TTL_SECONDS": str(TTL_SECONDS)}
 EXIT_TIMEOUT_SECONDS = 90.0
 PASSWORD = "s3cret-in-the-url"
-STORE_A = "redis://127.0.0.1:6379/14"
+STORE_A = f"redis://127.0.0.1:{REDIS_PORT}/14"
 HOST = socket.gethostname()
 
 
@@ -118,14 +127,14 @@ def test_redis_a_worker_on_another_store_exits_2_with_one_line(
     second = start_worker(queue, store_url=guarded_store, pool="solo", env=ENV)
 
     assert exited(second) == 2, str(second)
-    theirs, mine = identity(6379, 14, key_prefix), identity(port, 0, key_prefix)
+    theirs, mine = identity(REDIS_PORT, 14, key_prefix), identity(port, 0, key_prefix)
     assert problem_lines(second) == [
         "evidence-worker: configuration error: "
         + refusal(queue, theirs, mine, ttl_seconds=TTL_SECONDS)
     ]
     assert problem_lines(second)[0] == (
         f"evidence-worker: configuration error: workers on queue {queue} write to store "
-        f"redis://localhost:6379/14 on {HOST} (key prefix {key_prefix}), but this worker's "
+        f"redis://localhost:{REDIS_PORT}/14 on {HOST} (key prefix {key_prefix}), but this worker's "
         f"store is redis://localhost:{port}/0 on {HOST} (key prefix {key_prefix}): give every "
         "worker on a queue the same EVIDENCE_STORE_URL and EVIDENCE_KEY_PREFIX, or this one "
         "another queue; once the other workers have stopped, their announcement expires "
@@ -146,7 +155,9 @@ def test_redis_workers_on_one_store_all_start(
 ) -> None:
     """The same store written two ways (127.0.0.1 and localhost) is one store."""
     first = start_worker(queue, store_url=STORE_A, pool="solo", env=ENV)
-    second = start_worker(queue, store_url="redis://localhost:6379/14", pool="solo", env=ENV)
+    second = start_worker(
+        queue, store_url=f"redis://localhost:{REDIS_PORT}/14", pool="solo", env=ENV
+    )
 
     first.wait_ready()
     second.wait_ready()
@@ -154,7 +165,7 @@ def test_redis_workers_on_one_store_all_start(
 
     assert first.alive()
     assert second.alive()
-    assert redis_announcements(queue) == identity(6379, 14, key_prefix)
+    assert redis_announcements(queue) == identity(REDIS_PORT, 14, key_prefix)
     assert first.events("evidence_coverage.store_conflict") == []
     assert second.events("evidence_coverage.store_conflict") == []
 
@@ -171,11 +182,13 @@ def test_redis_a_new_store_starts_once_the_old_ones_announcement_expired(
 
     first.stop()
     waited = wait_gone(lambda: redis_announcements(queue), timeout=TTL_SECONDS + 2)
-    second = start_worker(queue, store_url="redis://127.0.0.1:6379/13", pool="solo", env=ENV)
+    second = start_worker(
+        queue, store_url=f"redis://127.0.0.1:{REDIS_PORT}/13", pool="solo", env=ENV
+    )
 
     second.wait_ready()
     assert waited <= TTL_SECONDS + 0.5
-    assert redis_announcements(queue) == identity(6379, 13, second.env["EVIDENCE_KEY_PREFIX"])
+    assert redis_announcements(queue) == identity(REDIS_PORT, 13, second.env["EVIDENCE_KEY_PREFIX"])
 
 
 def test_redis_of_two_workers_started_together_on_two_stores_one_refuses(
@@ -186,7 +199,7 @@ def test_redis_of_two_workers_started_together_on_two_stores_one_refuses(
     """SET NX: one of them holds the queue, the other exits 2; which one is the race's."""
     workers = [
         start_worker(queue, store_url=STORE_A, pool="solo", env=ENV),
-        start_worker(queue, store_url="redis://127.0.0.1:6379/13", pool="solo", env=ENV),
+        start_worker(queue, store_url=f"redis://127.0.0.1:{REDIS_PORT}/13", pool="solo", env=ENV),
     ]
 
     deadline = time.monotonic() + EXIT_TIMEOUT_SECONDS
@@ -200,7 +213,7 @@ def test_redis_of_two_workers_started_together_on_two_stores_one_refuses(
     assert len(problem_lines(refused)) == 1
     winning_db = winner.env["EVIDENCE_STORE_URL"].rsplit("/", 1)[1]
     assert redis_announcements(queue) == identity(
-        6379, int(winning_db), winner.env["EVIDENCE_KEY_PREFIX"]
+        REDIS_PORT, int(winning_db), winner.env["EVIDENCE_KEY_PREFIX"]
     )
 
 
@@ -224,7 +237,7 @@ def test_rabbitmq_a_worker_on_another_store_exits_2_with_one_line(
         "evidence-worker: configuration error: "
         + refusal(
             amqp_queue,
-            identity(6379, 14, key_prefix),
+            identity(REDIS_PORT, 14, key_prefix),
             identity(port, 0, key_prefix),
             ttl_seconds=TTL_SECONDS,
         )
@@ -261,7 +274,7 @@ def test_rabbitmq_a_new_store_starts_once_the_old_ones_announcement_expired(
     time.sleep(TTL_SECONDS + 2)
 
     second = start_worker(
-        amqp_queue, broker_url=AMQP_URL, store_url="redis://127.0.0.1:6379/13", env=ENV
+        amqp_queue, broker_url=AMQP_URL, store_url=f"redis://127.0.0.1:{REDIS_PORT}/13", env=ENV
     )
 
     second.wait_ready()

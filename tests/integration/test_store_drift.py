@@ -15,7 +15,7 @@ from contracts import Alert, Attempt
 from contracts.records import ContractDriftAlert
 from tests import factories
 from tests.conftest import FIXED_NOW
-from tests.integration.store_factories import StoreFactory, store_factory
+from tests.integration.store_factories import CLUSTER, REDIS, StoreFactory, store_factory
 from worker.stores import ResultStore
 from worker.stores.redis import RedisStore
 
@@ -43,13 +43,13 @@ def judged(n: int, required: list[str], **fields: Any) -> Attempt:
     return factories.attempt(**values)
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", "fakeredis", REDIS, CLUSTER])
 def drift_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ResultStore]:
     with store_factory(request.param, request, tmp_path) as make:
         yield make()
 
 
-@pytest.fixture(params=["sqlite", "fakeredis", "redis", "cluster"])
+@pytest.fixture(params=["sqlite", "fakeredis", REDIS, CLUSTER])
 def make_drift_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     with store_factory(request.param, request, tmp_path) as make:
         yield make

@@ -25,12 +25,15 @@ from tests.integration.store_factories import (
     StoreFactory,
     attempt,
 )
+from tests.integration.worker_harness import REDIS_PORT
 from worker.errors import TransientError
 from worker.pipeline.scoring import Delivery, process_many, write_ids
 from worker.stores import Recorded, ResultStore
 from worker.stores.keys import alerts_key, outcome_key
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+
+pytestmark = pytest.mark.integration
 
 # The store suite's fixtures: every store kind (SQLite, fakeredis, real Redis) in turn.
 make_store = suite.make_store
@@ -542,7 +545,7 @@ class ReplyDroppingProxy:
 
 @pytest.fixture
 def proxy(redis_url: str) -> Iterator[ReplyDroppingProxy]:
-    opened = ReplyDroppingProxy(("127.0.0.1", 6379))
+    opened = ReplyDroppingProxy(("127.0.0.1", REDIS_PORT))
     yield opened
     opened.close()
 

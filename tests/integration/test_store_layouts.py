@@ -15,7 +15,10 @@ import pytest
 import redis
 
 from tests.conftest import Run
+from tests.integration.store_factories import REDIS
 from tests.integration.store_outputs import POLICY, cases_of, outputs, restore_redis_keys
+
+pytestmark = pytest.mark.integration
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "store-47f93cb"
 
@@ -128,7 +131,7 @@ def same_history(found: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(text))
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", REDIS])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

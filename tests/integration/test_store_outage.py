@@ -37,6 +37,8 @@ from worker.constants import TASK_FAILED, UNRECORDABLE
 from worker.observability.metrics import MULTIPROC_ENV
 from worker.stores.redis import RedisStore
 
+pytestmark = pytest.mark.integration
+
 start_worker = worker_harness.start_worker
 redis_server = worker_harness.redis_server
 publisher = worker_harness.publisher

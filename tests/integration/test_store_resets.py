@@ -29,6 +29,8 @@ from worker.settings import Settings
 from worker.stores.redis import RedisStore
 from worker.upstream.publishing import publish_lines
 
+pytestmark = pytest.mark.integration
+
 start_worker = harness.start_worker
 redis_server = harness.redis_server
 publisher = harness.publisher

@@ -16,6 +16,8 @@ from worker.stores import open_store
 from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore
 
+pytestmark = pytest.mark.integration
+
 
 def test_open_store_sqlite_url_gives_sqlite_store(tmp_path: Path) -> None:
     """sqlite:///path opens the embedded store on that file."""

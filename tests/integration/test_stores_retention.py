@@ -24,6 +24,8 @@ from worker.stores.redis import RedisStore
 from worker.stores.sqlite import SQLiteStore
 from worker.stores.sqlite_prune import Pruned
 
+pytestmark = pytest.mark.integration
+
 make_redis_store = suite.make_redis_store
 REQUIRED = ["refund-window", "refund-method"]
 

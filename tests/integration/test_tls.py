@@ -28,6 +28,7 @@ from celery import Celery
 from kombu import Connection, pools
 
 from contracts.records import SCORED
+from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import (
     AMQP_URL,
     POLL_SECONDS,
@@ -46,6 +47,8 @@ from worker.stores import open_store
 from worker.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
+# The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).
+rabbitmq_turn = harness.rabbitmq_turn
 
 PASSWORD = f"tls-s3cret-{uuid.uuid4().hex[:10]}"
 CERTIFICATE_FAILED = "CERTIFICATE_VERIFY_FAILED"

@@ -16,6 +16,8 @@ from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import BROKER_URL, unacked_task_ids
 from worker.runtime.consumer import guard_redis_transport
 
+pytestmark = pytest.mark.integration
+
 queue = harness.queue
 
 TEXT = json.dumps({"case_id": "c-1", "answer": 'café \u00e9 "quoted" \\ back'})

@@ -34,6 +34,8 @@ from tests.integration.worker_harness import (
 from worker.bench.launch import worker_command
 
 pytestmark = pytest.mark.integration
+# The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).
+rabbitmq_turn = harness.rabbitmq_turn
 
 queue = harness.queue
 start_worker = harness.start_worker

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.integration import worker_harness
-from tests.integration.worker_harness import BROKER_URL, ROOT, Worker, free_port
+from tests.integration.worker_harness import BROKER_URL, REDIS_PORT, ROOT, Worker, free_port
 from worker.bench.launch import worker_command
+
+pytestmark = pytest.mark.integration
 
 START_TIMEOUT_SECONDS = 60
 
@@ -58,15 +60,15 @@ def problem_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
             id="unknown-store-scheme",
         ),
         pytest.param(
-            {"EVIDENCE_STORE_URL": "redis://127.0.0.1:6379/99"},
-            "evidence-worker: configuration error: store redis://127.0.0.1:6379/99: the Redis "
-            "server has no such database: use redis://host:port/db, db a database number the "
+            {"EVIDENCE_STORE_URL": f"redis://127.0.0.1:{REDIS_PORT}/99"},
+            f"evidence-worker: configuration error: store redis://127.0.0.1:{REDIS_PORT}/99: the "
+            "Redis server has no such database: use redis://host:port/db, db a database number the "
             "server has (0-15 by default)",
             id="redis-database-the-server-lacks",
         ),
         pytest.param(
-            {"EVIDENCE_STORE_URL": "redis://127.0.0.1:6379/abc"},
-            "evidence-worker: configuration error: EVIDENCE_STORE_URL: redis://127.0.0.1:6379/abc:"
+            {"EVIDENCE_STORE_URL": f"redis://127.0.0.1:{REDIS_PORT}/abc"},
+            f"evidence-worker: configuration error: EVIDENCE_STORE_URL: redis://127.0.0.1:{REDIS_PORT}/abc:"
             " database 'abc' is not a number: use redis://host:port/db, db a database number the "
             "server has (0-15 by default)",
             id="redis-database-not-a-number",

@@ -12,7 +12,7 @@ from celery import Celery
 
 from tests.ecs import ecs_conflicts
 from tests.integration import worker_harness as harness
-from tests.integration.worker_harness import Worker, send_scores
+from tests.integration.worker_harness import REDIS_PORT, Worker, send_scores
 from worker.bench.launch import worker_command
 from worker.constants import RECONCILE
 
@@ -84,8 +84,8 @@ def test_without_quiet_the_banner_is_one_json_line(
     assert starting["queues"] == [queue]
     assert starting["concurrency"] == 2
     assert starting["pool"] == "prefork"
-    assert starting["broker"] == "redis://127.0.0.1:6379/12"
-    assert starting["store"] == "redis://127.0.0.1:6379/14"
+    assert starting["broker"] == f"redis://127.0.0.1:{REDIS_PORT}/12"
+    assert starting["store"] == f"redis://127.0.0.1:{REDIS_PORT}/14"
     assert "celery_version" in starting
 
 

@@ -8,6 +8,7 @@ factory fixtures clean up after themselves: every worker's whole process group i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from kombu import Connection
 from contracts import AttributionResult, input_hash
 from contracts.records import REJECTED, SCORED
 from tests.integration.fault_proxy import FaultProxy
+from tests.servers import redis_port
 from worker.bench.launch import worker_command
 from worker.constants import SCORE
 from worker.runtime.celery_app import create_app
@@ -37,10 +39,11 @@ from worker.stores.base import History
 from worker.stores.redis import RedisStore
 
 ROOT = Path(__file__).resolve().parents[2]
-BROKER_URL = "redis://127.0.0.1:6379/12"
-STORE_URL = "redis://127.0.0.1:6379/14"
+# The Redis of the broker and the store: the machine's, or under pytest-xdist this worker's own.
+REDIS_PORT = redis_port()
+BROKER_URL = f"redis://127.0.0.1:{REDIS_PORT}/12"
+STORE_URL = f"redis://127.0.0.1:{REDIS_PORT}/14"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
-REDIS_PORT = 6379  # the shared Redis, broker and store
 RECORD_EVENTS = (SCORED, REJECTED)
 # Generous: the machine may be busy, and a worker imports Ragas before it is ready.
 READY_TIMEOUT_SECONDS = 90.0
@@ -507,6 +510,21 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.kill()
+
+
+# test_rabbitmq.py restarts the machine's RabbitMQ, which cut the connection of a TLS worker of
+# another xdist process (it logged "Connected to" twice and its test failed): the modules that
+# use RabbitMQ take turns, a module at a time, across every pytest process on the machine.
+RABBITMQ_LOCK = Path("/tmp/evidence-coverage-tests-rabbitmq.lock")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def rabbitmq_turn() -> Iterator[None]:
+    """Imported into a module (`rabbitmq_turn = harness.rabbitmq_turn`): its tests hold the
+    machine's RabbitMQ alone, from before its first fixture to after its last."""
+    with RABBITMQ_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import CONFIG, PROG, RESULTS, Case, check, clean_env
+from tests.bad_input import CONFIG, HANG_SECONDS, PROG, RESULTS, Case, check, clean_env
 from tests.unit.cli.test_cli_bad_input import NO_STORE, REFUSED, usage
 from worker.cli.exit_codes import CLOSED_PIPE
 
@@ -118,7 +118,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, tmp_path: 
         env=clean_env(case.env),
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        timeout=30,
+        timeout=HANG_SECONDS,
         check=False,
     )
 
