@@ -120,7 +120,7 @@ def test_seed_nodes_that_lead_to_a_single_redis_are_one_line_and_exit_2(
 ) -> None:
     """Several nodes name a cluster: a single Redis answering is a mistake, said at once."""
     (down,) = free_ports(1)
-    url = f"redis://127.0.0.1:{down},127.0.0.1:6379/0"
+    url = f"redis://127.0.0.1:{down},127.0.0.1:{harness.REDIS_PORT}/0"
 
     run = score_on(url, tmp_path)
 

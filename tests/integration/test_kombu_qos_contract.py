@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.integration.worker_harness import REDIS_PORT
 from tests.unit.seams import test_kombu_qos as contract
 from tests.unit.seams import versions_line
 from tests.unit.seams.test_kombu_qos import Delivered, FreshRedis, deliver, frozen
@@ -31,7 +32,7 @@ def fresh_redis() -> FreshRedis:
     def fresh() -> tuple[str, dict[str, Any]]:
         database = DATABASES[len(taken) % len(DATABASES)]
         taken.append(database)
-        url = f"redis://127.0.0.1:6379/{database}"
+        url = f"redis://127.0.0.1:{REDIS_PORT}/{database}"
         with redis.Redis.from_url(url) as client:
             client.flushdb()
         return url, {}

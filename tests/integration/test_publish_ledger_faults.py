@@ -27,7 +27,7 @@ from tests.integration import test_publish_cli as publish_cli
 from tests.integration.fault_helpers import MessageFactory, distinct
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.test_publish_cli import PROG, Run, queued
-from tests.integration.worker_harness import STORE_URL
+from tests.integration.worker_harness import REDIS_PORT, STORE_URL
 from worker.cli.exit_codes import INVALID, OK
 from worker.settings import Settings
 from worker.stores import ResultStore, open_store
@@ -54,7 +54,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
     """A TCP proxy in front of the shared Redis, for the single Redis store."""
-    relay = FaultProxy(target_port=6379).start()
+    relay = FaultProxy(target_port=REDIS_PORT).start()
     yield relay
     relay.stop()
 
