@@ -64,10 +64,10 @@ def section(page: str, heading: str) -> str:
     return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
 
 
-def walk() -> list[tuple[str, list[str]]]:
+def walk(sections: list[tuple[str, str]] = SECTIONS) -> list[tuple[str, list[str]]]:
     """Each command of the pages' sections in order, with the text blocks that follow it."""
     steps: list[tuple[str, list[str]]] = []
-    for page, heading in SECTIONS:
+    for page, heading in sections:
         for kind, body, span in BLOCK_OR_SPAN.findall(section(page, heading)):
             if kind == "text":
                 steps[-1][1].append(body)
@@ -88,6 +88,36 @@ def as_documented(stderr: str, output: str) -> str:
     return stderr if documented is None else RUN_TIME.sub(documented[0], stderr)
 
 
+def fresh_directory(path: Path) -> Path:
+    """`path` as a new user's directory: the examples at contracts/examples, nothing else."""
+    (path / "contracts").mkdir(parents=True)
+    (path / "contracts" / "examples").symlink_to(EXAMPLES)
+    return path
+
+
+def with_hash(command: str, first_hash: str | None) -> str:
+    """The page's command, its placeholder filled: refund-001's input hash, from its record."""
+    if "<input_hash>" not in command:
+        return command
+    assert first_hash is not None
+    return command.replace("<input_hash>", first_hash)
+
+
+def as_the_page_says(
+    command: str, code: int, outputs: list[str], done: subprocess.CompletedProcess[str]
+) -> None:
+    """A piped run of a page's command: the exit code as documented, a summary at most on
+    stderr, and each output the page prints exactly (its stdout, or its stderr)."""
+    assert done.returncode == code, (command, done.stderr)
+    assert len(without_progress(done.stderr)) <= 1, (command, done.stderr)  # a summary at most
+    for output in outputs:
+        assert output in (done.stdout, as_documented(done.stderr, output)), (
+            command,
+            done.stdout,
+            done.stderr,
+        )
+
+
 def run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     clean = {key: value for key, value in os.environ.items() if not key.startswith("EVIDENCE_")}
     return subprocess.run(
@@ -106,8 +136,7 @@ def test_the_documented_walk_gives_the_documented_outputs_and_exit_codes(
 ) -> None:
     """Every command of the README, quickstart and triage walk-through, in order, on one fresh
     store: each exit code as documented, each printed output exactly."""
-    (tmp_path / "contracts").mkdir()
-    (tmp_path / "contracts" / "examples").symlink_to(EXAMPLES)
+    fresh_directory(tmp_path)
     steps = walk()
     assert [command for command, _ in steps] == [command for command, _ in WALK]
     # quickstart's summary; triage.md's explain of the three near-misses
@@ -115,18 +144,8 @@ def test_the_documented_walk_gives_the_documented_outputs_and_exit_codes(
 
     first_hash = None
     for (documented, outputs), (_, code) in zip(steps, WALK, strict=True):
-        command = documented
-        if "<input_hash>" in command:  # the page's placeholder: refund-001's, from its record
-            assert first_hash is not None
-            command = command.replace("<input_hash>", first_hash)
+        command = with_hash(documented, first_hash)
         done = run(command, tmp_path)
-        assert done.returncode == code, (command, done.stderr)
-        assert len(without_progress(done.stderr)) <= 1, (command, done.stderr)  # a summary at most
+        as_the_page_says(command, code, outputs, done)
         if first_hash is None:
             first_hash = json.loads(done.stdout.splitlines()[0])["input_hash"]
-        for output in outputs:
-            assert output in (done.stdout, as_documented(done.stderr, output)), (
-                command,
-                done.stdout,
-                done.stderr,
-            )

@@ -32,14 +32,17 @@ SCORE_HEADER = ["case", "status", "value", "owner", "missing IDs", "cache"]
 
 
 def on_terminal(
-    argv: list[str], cwd: Path, env: dict[str, str] | None = None
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    program: tuple[str, ...] = (sys.executable, "-m", "worker.cli"),
 ) -> tuple[int, str, str]:
-    """Run `python -m worker.cli ARGV` with stdout on a 120-column pty: the exit code, the
-    screen (escapes kept, \\r\\n as \\n) and stderr (a pipe)."""
+    """Run `python -m worker.cli ARGV` (or `program` ARGV) with stdout on a 120-column pty:
+    the exit code, the screen (escapes kept, \\r\\n as \\n) and stderr (a pipe)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 120, 0, 0))
     process = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", *argv],
+        [*program, *argv],
         stdin=subprocess.DEVNULL,
         stdout=slave,
         stderr=subprocess.PIPE,
