@@ -157,8 +157,8 @@ def unacked_of(queue: str) -> list[bytes]:
     client = redis.Redis.from_url(BROKER_URL)
     try:
         return [
-            client.hget("unacked", tag) or b""
-            for tag, value in client.hscan_iter("unacked")
+            bytes(value)
+            for _, value in client.hscan_iter("unacked")
             if json.loads(value)[2] == queue
         ]
     finally:
