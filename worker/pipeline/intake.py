@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import orjson
 from pydantic import ValidationError
@@ -20,6 +21,15 @@ from worker.errors import InputError, OversizeMessage
 MAX_REPORTED_ERRORS = 3
 
 Body = object  # str | bytes | a decoded JSON value; anything else is rejected, not raised
+
+
+class CutBody(NamedTuple):
+    """A body cut before it reached the store, as its dead letter keeps it (the store's
+    DeadLetter.bounded): its first bytes as text, and the whole body's SHA-256 and size."""
+
+    kept: str
+    sha256: str  # hex SHA-256 of the whole body's text in UTF-8
+    size: int  # the whole body's text in UTF-8 bytes
 
 
 def admit(body: Body, *, max_bytes: int) -> AttributionResult:
@@ -183,7 +193,9 @@ def storable(text: str) -> str:
 
 
 def body_text(body: Body) -> str:
-    """The body as kept in the dead-letter store: whole, decoded leniently."""
+    """The body as kept in the dead-letter store: whole, decoded leniently (a CutBody as cut)."""
+    if isinstance(body, CutBody):
+        return body.kept
     if isinstance(body, bytes):
         return body.decode("utf-8", "replace").rstrip("\n")
     if isinstance(body, str):

@@ -23,7 +23,7 @@ from worker.observability.logging import get_logger
 from worker.observability.metrics import Metrics
 from worker.observability.structlog_lines import RecordLines
 from worker.pipeline.alerts import AlertSink, WebhookSender
-from worker.pipeline.intake import Body, admit, body_text
+from worker.pipeline.intake import Body, CutBody, admit, body_text
 from worker.pipeline.redaction import logged_text
 from worker.pipeline.scoring import (
     Clock,
@@ -204,6 +204,7 @@ class Service:
         return results
 
     def _letter(self, body: Body, error: str, delivery: Delivery) -> DeadLetter:
+        cut = body if isinstance(body, CutBody) else None
         return DeadLetter(
             received_at=self.clock(),
             error=error,
@@ -211,6 +212,10 @@ class Service:
             task_id=delivery.task_id,
             position=delivery.position,
             line=delivery.line,
+            # A body the transport cut keeps the whole one's digest and size (see CutBody).
+            body_sha256=None if cut is None else cut.sha256,
+            body_bytes=None if cut is None else cut.size,
+            truncated=cut is not None,
         )
 
     def _emit(

@@ -3,7 +3,8 @@
 Oversize, undecodable and malformed bodies, unknown tasks and non-task messages are recorded as
 rejected and dead-lettered whole, then acknowledged; Celery alone would log the raw body
 (answer and context text included) and drop it. Items on a Redis queue list that are not
-kombu messages at all (pushed there by something other than kombu) take the same path.
+kombu messages at all (pushed there by something other than kombu) take the same path, as
+their dead letters will keep them (see cut_item).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import inspect
 import json
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, ClassVar
 
@@ -26,10 +28,12 @@ from kombu.utils import json as kombu_json
 from worker.constants import SCORE_BATCH
 from worker.errors import TransientError
 from worker.observability.logging import get_logger
+from worker.pipeline.intake import CutBody, body_text
 from worker.pipeline.scoring import Delivery
 from worker.runtime.kombu_json import NOT_THE_SAME, orjson_reading
 from worker.runtime.kombu_qos import UnackedJsonQoS
 from worker.settings import Settings
+from worker.stores import DeadLetter
 from worker.stores.durable import impatient
 
 # Room for Celery's envelope around one message: [[message], {}, {callbacks...}].
@@ -42,23 +46,35 @@ MAX_NESTING = 64
 # Header of the kombu message that stands in for a queue item that was not one; its value
 # says what the item was. See wrap_foreign_item.
 NOT_AN_ENVELOPE = "x-evidence-not-an-envelope"
+# Headers of one that carries only what the item's dead letter keeps of it (see cut_item):
+# the whole item's SHA-256 and size, as the letter records them.
+WHOLE_SHA256 = "x-evidence-whole-sha256"
+WHOLE_BYTES = "x-evidence-whole-bytes"
 
 
-def wrap_foreign_item(item: bytes | str, problem: str, queue: str) -> str:
-    """A kombu message (as kombu's Redis transport stores one) carrying `item` whole.
+def wrap_foreign_item(
+    item: bytes | str, problem: str, queue: str, cut: CutBody | None = None
+) -> str:
+    """A kombu message (as kombu's Redis transport stores one) carrying `item` whole, or its
+    `cut` (the whole item's digest and size in headers) when its dead letter would cut it.
 
     BRPOP has already taken the item off the list, and kombu would raise on it in the event
     loop (`Unrecoverable error`: the worker exits and the item is gone). As a message it is
     put in the unacked hash like any other, so it is rejected, dead-lettered and acked, or,
-    with the store down, redelivered after the visibility timeout.
+    with the store down or the worker killed first, redelivered after the visibility timeout.
     """
-    raw = item if isinstance(item, bytes) else _utf8(item)
+    headers: dict[str, Any] = {NOT_AN_ENVELOPE: problem}
+    if cut is not None:
+        raw = cut.kept.encode("utf-8", "surrogatepass")
+        headers |= {WHOLE_SHA256: cut.sha256, WHOLE_BYTES: cut.size}
+    else:
+        raw = item if isinstance(item, bytes) else _utf8(item)
     return json.dumps(
         {
             "body": base64.b64encode(raw).decode("ascii"),
             "content-type": "application/octet-stream",
             "content-encoding": "binary",
-            "headers": {NOT_AN_ENVELOPE: problem},
+            "headers": headers,
             "properties": {
                 "body_encoding": "base64",
                 "delivery_tag": str(uuid.uuid4()),
@@ -69,6 +85,43 @@ def wrap_foreign_item(item: bytes | str, problem: str, queue: str) -> str:
             },
         }
     )
+
+
+# Any time: cut_item builds a letter only for the store's cut, and keeps none of it but that.
+_CUT_AT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def cut_item(item: bytes | str, keep_bytes: int) -> CutBody | None:
+    """A foreign item as its dead letter will keep it (the store's own cut, DeadLetter.bounded,
+    of the text the letter holds), or None when the letter keeps it whole.
+
+    The guard files this cut, not the item, as the message kombu copies into its unacked hash:
+    an item of 100 MB, dead-lettered as 64 KiB, was held whole there (4/3 of it, in base64)
+    until its letter was written. The copy must still be there whatever happens before the
+    letter is written (the worker killed, the store down): the alternative, no copy at all
+    for an item acknowledged as it is dead-lettered, would lose it in that window. The cut
+    loses nothing the letter would keep: a letter written from it after a restore is the
+    letter the whole item would have had (kept text, whole digest and size, truncated).
+    """
+    raw = item if isinstance(item, bytes) else _utf8(item)  # the body a wrapped item delivers
+    letter = DeadLetter(received_at=_CUT_AT, error="", body=body_text(raw)).bounded(keep_bytes)
+    if not letter.truncated or letter.body_sha256 is None or letter.body_bytes is None:
+        return None
+    return CutBody(letter.body, letter.body_sha256, letter.body_bytes)
+
+
+def whole_item_cut(message: Any) -> CutBody | None:
+    """The cut a wrapped foreign item carries (see wrap_foreign_item), None when it is whole."""
+    headers = message.headers or {}
+    digest, size, body = headers.get(WHOLE_SHA256), headers.get(WHOLE_BYTES), message.body
+    if not (
+        isinstance(digest, str)
+        and isinstance(size, int)
+        and not isinstance(size, bool)
+        and isinstance(body, bytes)
+    ):
+        return None
+    return CutBody(body.decode("utf-8", "replace"), digest, size)
 
 
 def _utf8(text: str) -> bytes:
@@ -234,12 +287,30 @@ def guard_brpop_reply(
     if not reply:
         return reply
     list_name, item = reply
-    problem = foreign_item_problem(item, channel, getattr(channel, "max_item_bytes", None))
+    max_bytes = getattr(channel, "max_item_bytes", None)
+    problem = foreign_item_problem(item, channel, max_bytes)
     if problem is None:
         return reply
     name = list_name.decode(errors="replace") if isinstance(list_name, bytes) else str(list_name)
     queue = name.rsplit(channel.sep, 1)[0]  # the list of a priority level is queue+sep+n
-    return (list_name, wrap_foreign_item(item, problem, queue))
+    return (list_name, wrap_foreign_item(item, problem, queue, _cut_of(item, channel, max_bytes)))
+
+
+def _cut_of(item: Any, channel: Any, max_bytes: int | None) -> CutBody | None:
+    """cut_item for the guard, which must not raise (see foreign_item_problem): an item it
+    cannot cut is wrapped whole, as before."""
+    keep = getattr(channel, "keep_item_bytes", None)
+    if keep is None or not isinstance(item, bytes | str):
+        return None
+    if max_bytes is not None:
+        # At most half the item limit, so a copy put back on the queue (base64: 4/3 of the
+        # kept bytes, plus headers) is itself within the limit and is decoded, not wrapped
+        # again. Only limits under twice EVIDENCE_DEAD_LETTER_MAX_BYTES are that small.
+        keep = min(keep, max_bytes // 2)
+    try:
+        return cut_item(item, keep)
+    except Exception:
+        return None
 
 
 class GuardedRedisChannel(kombu_redis.Channel):
@@ -258,6 +329,9 @@ class GuardedRedisChannel(kombu_redis.Channel):
         int(Settings.model_fields["max_message_bytes"].default),
         int(Settings.model_fields["max_batch_bytes"].default),
     )
+    # What the dead letter of a foreign item keeps of it, EVIDENCE_DEAD_LETTER_MAX_BYTES: its
+    # message (and so its unacked copy) carries no more (cut_item).
+    keep_item_bytes: ClassVar[int] = int(Settings.model_fields["dead_letter_max_bytes"].default)
 
     # The body the guard last had kombu decode (its text, encoding and decoded value): kombu
     # decodes the same body again as it delivers the item, and a batch's base64 body took
@@ -289,9 +363,12 @@ class GuardedRedisChannel(kombu_redis.Channel):
         return client
 
 
-def guard_redis_transport(transport: Any, item_bytes: int | None = None) -> None:
+def guard_redis_transport(
+    transport: Any, item_bytes: int | None = None, keep_bytes: int | None = None
+) -> None:
     """Give a kombu Redis transport (Sentinel too) channels with the BRPOP guard, which
-    decodes items of at most `item_bytes` (GuardedRedisChannel's default when None)."""
+    decodes items of at most `item_bytes` and files a foreign item as its dead letter keeps
+    it, `keep_bytes` (GuardedRedisChannel's defaults when None)."""
     base = getattr(transport, "Channel", None)
     if not (isinstance(base, type) and issubclass(base, kombu_redis.Channel)):
         return  # AMQP and others: the broker itself never hands over a non-message
@@ -302,8 +379,13 @@ def guard_redis_transport(transport: Any, item_bytes: int | None = None) -> None
         if base is kombu_redis.Channel
         else type(f"Guarded{base.__name__}", (GuardedRedisChannel, base), {})
     )
-    if item_bytes is not None and item_bytes != guarded.max_item_bytes:
-        guarded = type(guarded.__name__, (guarded,), {"max_item_bytes": item_bytes})
+    own = {
+        name: value
+        for name, value in (("max_item_bytes", item_bytes), ("keep_item_bytes", keep_bytes))
+        if value is not None and value != getattr(guarded, name)
+    }
+    if own:
+        guarded = type(guarded.__name__, (guarded,), own)
     # The instance attribute wins over the class's for this connection alone: publishers
     # and other connections keep kombu's channel.
     transport.Channel = guarded
@@ -371,6 +453,7 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
         guard_redis_transport(
             connection.transport,
             item_limit(int(settings.max_message_bytes), int(settings.max_batch_bytes)),
+            int(settings.dead_letter_max_bytes),
         )
         return self.ensure_connected(connection)
 
@@ -380,7 +463,7 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
         def guarded(message: Any) -> Any:
             foreign = (message.headers or {}).get(NOT_AN_ENVELOPE)
             if foreign is not None:
-                self.reject_undeliverable(message, str(foreign))
+                self.reject_undeliverable(message, str(foreign), whole_item_cut(message))
                 return None
             task_name = (message.headers or {}).get("task")
             size = len(message.body or b"")
@@ -405,8 +488,9 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
             return int(settings.max_batch_bytes)
         return int(settings.max_message_bytes) + ENVELOPE_BYTES
 
-    def reject_undeliverable(self, message: Any, error: str) -> None:
-        """A body no task can take: dead-letter it whole, record it as rejected, then ack it.
+    def reject_undeliverable(self, message: Any, error: str, cut: CutBody | None = None) -> None:
+        """A body no task can take: dead-letter it whole (or its `cut`, a foreign item as the
+        guard filed it), record it as rejected, then ack it.
 
         With the store unavailable it is neither recorded nor acknowledged: the broker keeps
         it and delivers it again after the visibility timeout. This runs in the worker's
@@ -416,7 +500,7 @@ class EvidenceConsumer(Consumer):  # type: ignore[misc]
         try:
             with impatient():
                 self.app.service().reject(
-                    [message.body],
+                    [message.body if cut is None else cut],
                     error,
                     Delivery(task_id=headers.get("id")),
                     identify=False,
