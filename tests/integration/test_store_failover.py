@@ -51,7 +51,7 @@ start_worker = worker_harness.start_worker
 publisher = worker_harness.publisher
 queue = worker_harness.queue
 
-MESSAGES = 1_200
+MESSAGES = 3_000
 CHUNK = 30
 PACE_S = 0.15  # between two chunks: the stream spans the failover
 TIMEOUT_MS = 200
@@ -99,7 +99,7 @@ class Publisher(threading.Thread):
             self.error = error
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 def test_a_promoted_replica_takes_every_write_without_a_restart(
     start_worker: Callable[..., Worker],
     publisher: Callable[..., Celery],
@@ -114,7 +114,7 @@ def test_a_promoted_replica_takes_every_write_without_a_restart(
     rejected, every ledger note is closed, and the publisher's notes failed only between the
     kill and the move."""
     servers = start_replicated(tmp_path)
-    proxy = FaultProxy(servers.master.port, lifetime=170).start()
+    proxy = FaultProxy(servers.master.port, lifetime=230).start()
     url = proxy.url(0)
     messages = distinct(message_dict, "failover", MESSAGES)
     settings = Settings(key_prefix=key_prefix, store_replica_timeout_ms=TIMEOUT_MS)
