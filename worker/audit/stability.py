@@ -23,6 +23,7 @@ from contracts.stability import (
     GraderStability,
     StabilityTally,
     least_stable_first,
+    outcome_key,
 )
 from worker.stores import OutcomeStore
 from worker.stores.base import History
@@ -61,8 +62,11 @@ def store_stability(store: OutcomeStore, since: datetime | None = None) -> Stabi
     ones it still holds (a history trimmed to the newest max_attempts_per_hash compares those
     with the first). With `since`, a hash counts when its first or a later attempt was
     recorded at or after it."""
-    tally, unnamed = StabilityTally(), 0
-    for input_hash, first, history in _with_histories(store):
+    # A store gives each hash once, with all its attempts: counted per grader as it goes, so
+    # memory does not grow with the hashes (`report --store` streams).
+    counts: dict[GraderId, list[int]] = {}  # inputs, re-graded, flipped
+    unnamed = 0
+    for _, first, history in _with_histories(store):
         if history is None:  # expired between the two reads
             continue
         attempts = history.attempts
@@ -76,9 +80,13 @@ def store_stability(store: OutcomeStore, since: datetime | None = None) -> Stabi
         if grader is None:
             unnamed += 1
             continue
-        for attempt in (first, *later):
-            tally.add(grader, input_hash, attempt)
-    return Stability(least_stable_first(tally.rows()), unnamed)
+        counted = counts.setdefault(grader, [0, 0, 0])
+        counted[0] += 1
+        counted[1] += bool(later)
+        key = outcome_key(first)
+        counted[2] += any(outcome_key(attempt) != key for attempt in later)
+    rows = [GraderStability(grader, *counted) for grader, counted in counts.items()]
+    return Stability(least_stable_first(rows), unnamed)
 
 
 def _with_histories(

@@ -146,13 +146,17 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
         rows = Selection(RecordQuery(), policy, previous_rule_today(policy)).rows(
             store.first_outcomes_by_time()
         )
-        # alerts() reads the newest `limit`: all that are kept, oldest first.
+        # alerts() reads the newest `limit`: all that are kept, oldest first. Read before the
+        # rows, so that the report keeps the place of the hashes they name only; the rows
+        # stream through it, and its memory does not grow with the store.
         alerts = store.alerts(limit=max(store.alert_count(), 1))
         report = build_report(
             report_lines(rows, alerts),
             source=source,
             time_field=args.days_from,
             windows=windows_of(policy),
+            alert_hashes={alert.input_hash for alert in alerts},
+            graders=False,
         )
         # The rows are first outcomes only: the store's histories say what was re-graded.
         stability = store_stability(store)
