@@ -361,6 +361,7 @@ class ReportTally:
         self.places = PlaceTally(alert_hashes)
         self.span = SpanTally(time_field)
         self.stability = StabilityTally() if graders else None
+        self.strings: dict[str, str] = {}  # names and reasons kept by the stability tally
         self.calibration = CalibrationTally()
 
     def add_line(self, number: int, body: bytes) -> None:
@@ -391,7 +392,7 @@ class ReportTally:
             version = self.versions[record.contract_version] = VersionTally()
         version.add(record, day)
         if self.stability is not None:
-            add_stability(self.stability, record)
+            add_stability(self.stability, record, self.strings)
 
     def report(self, *, source: str, windows: Mapping[str, date] | None = None) -> Report:
         span = self.span.span()
@@ -447,16 +448,25 @@ class _Said:
     reason: str
 
 
-def add_stability(tally: StabilityTally, record: ReportedRecord) -> None:
+def add_stability(
+    tally: StabilityTally, record: ReportedRecord, strings: dict[str, str] | None = None
+) -> None:
     """One record into the Graders section's tally, in file order, as `stability --records`
-    counts it: a hit's or a conflict's own outcome is in observed_*."""
+    counts it: a hit's or a conflict's own outcome is in observed_*.
+
+    The tally keeps an entry per (grader, input hash) with its first outcome's reason: with
+    `strings`, equal names and reasons are kept once (each line's JSON makes its own copy)."""
     if record.grader_name is None or record.input_hash is None:
         return
-    grader = GraderId(record.grader_name, str(record.grader_version), str(record.grader_model))
-    own: Judged = record
+    one = (lambda text: text) if strings is None else (lambda text: strings.setdefault(text, text))
+    grader = GraderId(
+        one(record.grader_name), one(str(record.grader_version)), one(str(record.grader_model))
+    )
+    first: Judged = _Said(record.value, one(record.reason))
+    own = first
     if record.cache in ("hit", "conflict"):
-        own = _Said(record.observed_value, str(record.observed_reason))
-    tally.add_line(grader, record.input_hash, record.cache, record, own)
+        own = _Said(record.observed_value, one(str(record.observed_reason)))
+    tally.add_line(grader, record.input_hash, record.cache, first, own)
 
 
 class VersionTally:
