@@ -9,6 +9,11 @@ thresholds, and both alert kinds. Records written before triage lack `missing_cl
 `findings`: they are counted as such, never read as "nothing missing". Days (per contract
 version, when the records span more than one) are `report_time`'s; records written before
 records carried times are counted apart there, never placed on a day.
+
+One pass (ReportTally): each record goes into running counts and is dropped, so memory does
+not grow with the records, except one entry per input hash where a file's alerts and Graders
+section need it (build_report's `alert_hashes` and `graders` say when they do not). Means are
+exact sums' (tally.ExactSum), so they equal math.fsum over every value.
 """
 
 from __future__ import annotations
