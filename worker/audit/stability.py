@@ -23,6 +23,7 @@ from contracts.stability import (
     GraderStability,
     StabilityTally,
     least_stable_first,
+    outcome_key,
 )
 from worker.stores import OutcomeStore
 from worker.stores.base import History
@@ -61,27 +62,49 @@ def store_stability(store: OutcomeStore, since: datetime | None = None) -> Stabi
     ones it still holds (a history trimmed to the newest max_attempts_per_hash compares those
     with the first). With `since`, a hash counts when its first or a later attempt was
     recorded at or after it."""
-    tally, unnamed = StabilityTally(), 0
-    for input_hash, first, history in _with_histories(store):
-        if history is None:  # expired between the two reads
-            continue
-        attempts = history.attempts
+    count = StoreStability(since)
+    for _, first, history in with_histories(store):
+        count.add(first, history)
+    return count.stability()
+
+
+class StoreStability:
+    """store_stability()'s count, a hash at a time: a store gives each hash once with all its
+    attempts, so it is counted per grader as it goes and memory does not grow with the hashes
+    (`report --store` counts it in the same pass as its rows)."""
+
+    def __init__(self, since: datetime | None = None) -> None:
+        self.since = since
+        self.counts: dict[GraderId, list[int]] = {}  # inputs, re-graded, flipped
+        self.unnamed = 0
+
+    def add(self, first: Attempt, history: History | None) -> None:
+        """One hash: its first attempt and its history (None: expired between the reads)."""
+        if history is None:
+            return
+        attempts, since = history.attempts, self.since
         # The first leads the attempts exactly when none was trimmed (stores' with_first()).
         later = attempts[1:] if len(attempts) == history.total_attempts else attempts
         if since is not None:
             later = [attempt for attempt in later if _at_or_after(attempt.recorded_at, since)]
             if not later and not _at_or_after(first.recorded_at, since):
-                continue
+                return
         grader = grader_of([first, *later])
         if grader is None:
-            unnamed += 1
-            continue
-        for attempt in (first, *later):
-            tally.add(grader, input_hash, attempt)
-    return Stability(least_stable_first(tally.rows()), unnamed)
+            self.unnamed += 1
+            return
+        counted = self.counts.setdefault(grader, [0, 0, 0])
+        counted[0] += 1
+        counted[1] += bool(later)
+        key = outcome_key(first)
+        counted[2] += any(outcome_key(attempt) != key for attempt in later)
+
+    def stability(self) -> Stability:
+        rows = [GraderStability(grader, *counted) for grader, counted in self.counts.items()]
+        return Stability(least_stable_first(rows), self.unnamed)
 
 
-def _with_histories(
+def with_histories(
     store: OutcomeStore,
 ) -> Iterator[tuple[str, Attempt, History | None]]:
     """Each first outcome by time, with its history, read HISTORY_PAGE hashes at a time (one

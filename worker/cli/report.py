@@ -25,7 +25,9 @@ from worker.report.days import DEFAULT_TIME_FIELD, TIME_FIELDS
 from worker.settings import Settings, display_path, masked_url
 
 if TYPE_CHECKING:
-    from contracts import Policy
+    from collections.abc import Iterator
+
+    from contracts import Attempt, Policy
     from worker.report.aggregate import Report
 
 
@@ -135,7 +137,7 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
     """The report of a store: its first outcomes as `records` rows (one per input hash) and
     its kept alerts, fed to the record file's aggregation as the lines a file would give."""
     from worker.audit.records import RecordQuery, Selection, report_lines
-    from worker.audit.stability import store_stability
+    from worker.audit.stability import StoreStability, with_histories
     from worker.report.aggregate import build_report
     from worker.report.graders import grader_reports
     from worker.stores import describe as describe_store
@@ -143,20 +145,30 @@ def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Re
     policy = resolve_policy(args, settings, required=False)
     with existing_store(args, settings) as store:
         source = describe_store(store, args.store)
-        rows = Selection(RecordQuery(), policy, previous_rule_today(policy)).rows(
-            store.first_outcomes_by_time()
-        )
-        # alerts() reads the newest `limit`: all that are kept, oldest first.
+        # The Graders section from the same pass: the first outcomes come with their
+        # histories, read a page at a time.
+        graders = StoreStability()
+
+        def firsts() -> Iterator[tuple[str, Attempt]]:
+            for input_hash, first, history in with_histories(store):
+                graders.add(first, history)
+                yield input_hash, first
+
+        rows = Selection(RecordQuery(), policy, previous_rule_today(policy)).rows(firsts())
+        # alerts() reads the newest `limit`: all that are kept, oldest first. Read before the
+        # rows, so that the report keeps the place of the hashes they name only; the rows
+        # stream through it, and its memory does not grow with the store.
         alerts = store.alerts(limit=max(store.alert_count(), 1))
         report = build_report(
             report_lines(rows, alerts),
             source=source,
             time_field=args.days_from,
             windows=windows_of(policy),
+            alert_hashes={alert.input_hash for alert in alerts},
+            graders=False,
         )
-        # The rows are first outcomes only: the store's histories say what was re-graded.
-        stability = store_stability(store)
-    update = {"graders": grader_reports(stability.rows), "store": masked_url(args.store)}
+    # The rows are first outcomes only: the store's histories say what was re-graded.
+    update = {"graders": grader_reports(graders.stability().rows), "store": masked_url(args.store)}
     return source, report.model_copy(update=update)
 
 

@@ -9,15 +9,19 @@ thresholds, and both alert kinds. Records written before triage lack `missing_cl
 `findings`: they are counted as such, never read as "nothing missing". Days (per contract
 version, when the records span more than one) are `report_time`'s; records written before
 records carried times are counted apart there, never placed on a day.
+
+One pass (ReportTally): each record goes into running counts and is dropped, so memory does
+not grow with the records, except one entry per input hash where a file's alerts and Graders
+section need it (build_report's `alert_hashes` and `graders` say when they do not). Means are
+exact sums' (tally.ExactSum), so they equal math.fsum over every value.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Literal
@@ -26,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contracts.messages import UtcDatetime
 from contracts.outcomes import CacheOutcome, Owner, Status
+from contracts.records import AlertKind
 from contracts.stability import GraderId, Judged, StabilityTally
 from worker.pipeline.intake import describe_validation_error
 from worker.report.alerts import (
@@ -34,22 +39,24 @@ from worker.report.alerts import (
     AlertHash,
     AlertLine,
     Located,
+    Place,
+    PlaceTally,
     alert_hashes,
-    locate_alerts,
     place_alerts,
 )
-from worker.report.calibration import Calibration, calibration
+from worker.report.calibration import Calibration, CalibrationTally
 from worker.report.days import (
     DEFAULT_TIME_FIELD,
     DayReport,
+    DayTally,
     Span,
+    SpanTally,
     TimeField,
-    per_day,
-    span_of,
     utc_day,
 )
 from worker.report.graders import GraderReport, grader_reports
-from worker.report.reasons import ReasonCount, top_reasons
+from worker.report.reasons import ReasonCount, top_reason_counts
+from worker.report.tally import ValueTally
 
 REJECTED_LABEL = "(rejected before scoring)"
 NO_GROUP_LABEL = "(no group)"
@@ -319,56 +326,125 @@ def build_report(
     source: str,
     time_field: TimeField = DEFAULT_TIME_FIELD,
     windows: Mapping[str, date] | None = None,
+    alert_hashes: Collection[str] | None = None,
+    graders: bool = True,
 ) -> Report:
     """Read numbered lines (as `read_jsonl` yields them) into a report; never raises on a line.
 
-    `time_field` is the record time that puts records on days. `windows`: the last day of
-    each observation window known to the caller, by its previous policy version."""
-    records: list[ReportedRecord] = []
-    skipped: Counter[str] = Counter()
-    log_lines = 0
-    alerts: list[AlertLine] = []
-    unreadable: list[UnreadableLine] = []
+    One pass, in memory that does not grow with the records (ReportTally), except for what
+    `alert_hashes` and `graders` say. `time_field` is the record time that puts records on
+    days. `windows`: the last day of each observation window known to the caller, by its
+    previous policy version. `alert_hashes`: every hash the lines' alerts name, when the
+    caller knows them before the records (a store's); else the place of every record's hash is
+    kept, since an alert further on may name it. `graders`: tally the Graders section from the
+    lines (one entry per grader and input hash); a store's caller counts it from the store."""
+    tally = ReportTally(time_field, alert_hashes=alert_hashes, graders=graders)
     for number, body in lines:
+        tally.add_line(number, body)
+    return tally.report(source=source, windows=windows)
+
+
+class ReportTally:
+    """Everything the report computes, filled a line at a time: counts per contract version,
+    group, day, reason, claim ID, owner and policy version, never the records themselves."""
+
+    def __init__(
+        self,
+        time_field: TimeField = DEFAULT_TIME_FIELD,
+        *,
+        alert_hashes: Collection[str] | None = None,
+        graders: bool = True,
+    ) -> None:
+        self.time_field = time_field
+        self.records = 0
+        self.skipped: Counter[str] = Counter()
+        self.log_lines = 0
+        self.alerts: list[AlertLine] = []
+        self.unreadable = 0
+        self.unreadable_shown: list[UnreadableLine] = []
+        self.versions: dict[str | None, VersionTally] = {}
+        self.places = PlaceTally(alert_hashes)
+        self.span = SpanTally(time_field)
+        self.stability = StabilityTally() if graders else None
+        self.strings: dict[str, str] = {}  # names and reasons kept by the stability tally
+        self.calibration = CalibrationTally()
+
+    def add_line(self, number: int, body: bytes) -> None:
         try:
             parsed = parse_line(body)
         except UnreadableLineError as error:
-            unreadable.append(UnreadableLine(line=number, error=str(error)))
-            continue
+            self.unreadable += 1
+            if len(self.unreadable_shown) < MAX_UNREADABLE_SHOWN:
+                self.unreadable_shown.append(UnreadableLine(line=number, error=str(error)))
+            return
         if isinstance(parsed, ReportedRecord):
-            records.append(parsed)
-            continue
+            self.add_record(parsed)
+            return
         if not parsed.ours:
-            log_lines += 1
-            continue
-        skipped[parsed.event] += 1
+            self.log_lines += 1
+            return
+        self.skipped[parsed.event] += 1
         if parsed.alert is not None:
-            alerts.append(parsed.alert)
-    span = span_of([record.day(time_field) for record in records], time_field)
-    located = locate_alerts(records, alerts)
-    versions = aggregate(records, located, span=span)
-    hashes = alert_hashes(located)
-    totals = Counter(alert.kind for alert in alerts)
-    matched_nondeterminism = sum(version.nondeterminism_alerts for version in versions)
-    matched_drift = sum(version.contract_drift_alerts for version in versions)
-    return Report(
-        source=source,
-        records=len(records),
-        skipped=dict(sorted(skipped.items())),
-        log_lines=log_lines,
-        unreadable=len(unreadable),
-        unreadable_lines=unreadable[:MAX_UNREADABLE_SHOWN],
-        nondeterminism_alerts=totals["nondeterminism"],
-        unmatched_nondeterminism_alerts=totals["nondeterminism"] - matched_nondeterminism,
-        contract_drift_alerts=totals["contract_drift"],
-        unmatched_contract_drift_alerts=totals["contract_drift"] - matched_drift,
-        contract_versions=versions,
-        alert_hashes=hashes[:MAX_ALERT_HASHES_SHOWN],
-        alert_hashes_not_shown=max(len(hashes) - MAX_ALERT_HASHES_SHOWN, 0),
-        span=span,
-        graders=grader_reports(stability(records).rows()),
-        calibration=calibration(records, windows),
-    )
+            self.alerts.append(parsed.alert)
+
+    def add_record(self, record: ReportedRecord) -> None:
+        self.records += 1
+        day = record.day(self.time_field)
+        self.span.add(day)
+        self.places.add(record)
+        self.calibration.add(record)
+        if (version := self.versions.get(record.contract_version)) is None:
+            version = self.versions[record.contract_version] = VersionTally()
+        version.add(record, day)
+        if self.stability is not None:
+            add_stability(self.stability, record, self.strings)
+
+    def report(self, *, source: str, windows: Mapping[str, date] | None = None) -> Report:
+        span = self.span.span()
+        located = self.places.locate(self.alerts)
+        versions = self._versions(located, span)
+        hashes = alert_hashes(located)
+        totals = Counter(alert.kind for alert in self.alerts)
+        matched_nondeterminism = sum(version.nondeterminism_alerts for version in versions)
+        matched_drift = sum(version.contract_drift_alerts for version in versions)
+        return Report(
+            source=source,
+            records=self.records,
+            skipped=dict(sorted(self.skipped.items())),
+            log_lines=self.log_lines,
+            unreadable=self.unreadable,
+            unreadable_lines=self.unreadable_shown,
+            nondeterminism_alerts=totals["nondeterminism"],
+            unmatched_nondeterminism_alerts=totals["nondeterminism"] - matched_nondeterminism,
+            contract_drift_alerts=totals["contract_drift"],
+            unmatched_contract_drift_alerts=totals["contract_drift"] - matched_drift,
+            contract_versions=versions,
+            alert_hashes=hashes[:MAX_ALERT_HASHES_SHOWN],
+            alert_hashes_not_shown=max(len(hashes) - MAX_ALERT_HASHES_SHOWN, 0),
+            span=span,
+            graders=[] if self.stability is None else grader_reports(self.stability.rows()),
+            calibration=self.calibration.section(windows),
+        )
+
+    def _versions(self, located: list[Located], span: Span) -> list[VersionReport]:
+        """Per contract version (sorted; rejected last), per policy group (sorted); per day
+        too when `span` covers more than one day."""
+        by_group, alerts_by_version = place_alerts(located)
+        return [
+            self.versions[version].report(
+                version,
+                by_group,
+                alerts_by_version,
+                [
+                    (utc_day(alert.raised_at), alert.kind)
+                    for alert, placed_version, _ in located
+                    if placed_version == version and placed_version is not None
+                ]
+                if span.per_day
+                else None,
+            )
+            for version in sorted(self.versions, key=_none_last)
+        ]
 
 
 @dataclass(frozen=True)
@@ -377,165 +453,201 @@ class _Said:
     reason: str
 
 
-def stability(records: Iterable[ReportedRecord]) -> StabilityTally:
-    """The Graders section's tally over scored records in file order, as `stability
-    --records` counts them: a hit's or a conflict's own outcome is in observed_*."""
-    tally = StabilityTally()
-    for record in records:
-        if record.grader_name is None or record.input_hash is None:
-            continue
-        grader = GraderId(record.grader_name, str(record.grader_version), str(record.grader_model))
-        own: Judged = record
-        if record.cache in ("hit", "conflict"):
-            own = _Said(record.observed_value, str(record.observed_reason))
-        tally.add_line(grader, record.input_hash, record.cache, record, own)
-    return tally
+def add_stability(
+    tally: StabilityTally, record: ReportedRecord, strings: dict[str, str] | None = None
+) -> None:
+    """One record into the Graders section's tally, in file order, as `stability --records`
+    counts it: a hit's or a conflict's own outcome is in observed_*.
+
+    The tally keeps an entry per (grader, input hash) with its first outcome's reason: with
+    `strings`, equal names and reasons are kept once (each line's JSON makes its own copy)."""
+    if record.grader_name is None or record.input_hash is None:
+        return
+    one = (lambda text: text) if strings is None else (lambda text: strings.setdefault(text, text))
+    grader = GraderId(
+        one(record.grader_name), one(str(record.grader_version)), one(str(record.grader_model))
+    )
+    first: Judged = _Said(record.value, one(record.reason))
+    own = first
+    if record.cache in ("hit", "conflict"):
+        own = _Said(record.observed_value, one(str(record.observed_reason)))
+    tally.add_line(grader, record.input_hash, record.cache, first, own)
 
 
-def aggregate(
-    records: Sequence[ReportedRecord], located: Iterable[Located] = (), *, span: Span | None = None
-) -> list[VersionReport]:
-    """Per contract version (sorted; rejected last), per policy group (sorted); per day too
-    when `span` covers more than one day."""
-    by_version: defaultdict[str | None, defaultdict[str | None, list[ReportedRecord]]]
-    by_version = defaultdict(lambda: defaultdict(list))
-    for record in records:
-        by_version[record.contract_version][record.policy_group].append(record)
-    located = list(located)
-    by_group, alerts_by_version = place_alerts(located)
-    days = span is not None and span.per_day
-    field = span.field if span is not None else DEFAULT_TIME_FIELD
-    return [
-        VersionReport(
+class VersionTally:
+    """One contract version's groups, histogram and days."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.groups: dict[str | None, GroupTally] = {}
+        self.histogram = [0] * BINS
+        self.days = DayTally()
+        self.undated = 0
+
+    def add(self, record: ReportedRecord, day: date | None) -> None:
+        self.records += 1
+        if (group := self.groups.get(record.policy_group)) is None:
+            group = self.groups[record.policy_group] = GroupTally()
+        group.add(record)
+        value = record.valid_value
+        if value is not None:
+            self.histogram[min(int(value * BINS), BINS - 1)] += 1
+        self.days.add(day, value)
+        self.undated += day is None
+
+    def report(
+        self,
+        version: str | None,
+        by_group: Counter[tuple[Place, AlertKind]],
+        by_version: Counter[tuple[str | None, AlertKind]],
+        day_alerts: list[tuple[date | None, AlertKind]] | None,
+    ) -> VersionReport:
+        """The version's report; per day when `day_alerts` is given (its alerts by day)."""
+        return VersionReport(
             contract_version=version,
             label=REJECTED_LABEL if version is None else version,
-            records=sum(len(rows) for rows in by_version[version].values()),
-            histogram=histogram(
-                [r.valid_value for rows in by_version[version].values() for r in rows]
-            ),
-            nondeterminism_alerts=alerts_by_version[version, "nondeterminism"],
-            contract_drift_alerts=alerts_by_version[version, "contract_drift"],
+            records=self.records,
+            histogram=list(self.histogram),
+            nondeterminism_alerts=by_version[version, "nondeterminism"],
+            contract_drift_alerts=by_version[version, "contract_drift"],
             groups=[
-                summarize_group(
+                self.groups[group].report(
                     version,
                     group,
-                    by_version[version][group],
                     nondeterminism_alerts=by_group[(version, group), "nondeterminism"],
                     contract_drift_alerts=by_group[(version, group), "contract_drift"],
                 )
-                for group in sorted(by_version[version], key=_none_last)
+                for group in sorted(self.groups, key=_none_last)
             ],
-            days=per_day(
-                [
-                    (record.day(field), record.valid_value)
-                    for rows in by_version[version].values()
-                    for record in rows
-                ],
-                [
-                    (utc_day(alert.raised_at), alert.kind)
-                    for alert, placed_version, _ in located
-                    if placed_version == version and placed_version is not None
-                ],
-            )
-            if days
-            else [],
-            undated=sum(
-                record.day(field) is None
-                for rows in by_version[version].values()
-                for record in rows
-            ),
+            days=[] if day_alerts is None else self.days.days(day_alerts),
+            undated=self.undated,
         )
-        for version in sorted(by_version, key=_none_last)
-    ]
 
 
 def _none_last(name: str | None) -> tuple[bool, str]:
     return name is None, name or ""
 
 
-def summarize_group(
-    contract_version: str | None,
-    policy_group: str | None,
-    records: Sequence[ReportedRecord],
-    *,
-    nondeterminism_alerts: int = 0,
-    contract_drift_alerts: int = 0,
-) -> GroupReport:
-    """Counts, valid-only statistics, invalid reasons, triage and policy versions of a group."""
-    statuses = Counter(record.status for record in records)
-    cache = Counter(record.cache for record in records if record.cache is not None)
-    owners = Counter(record.owner for record in records if record.owner is not None)
-    policies = Counter(record.policy_version for record in records)
-    invalid = [record for record in records if record.status == "invalid"]
-    valid = [record for record in records if record.is_valid]
-    max_required = max_required_claims(valid)
-    return GroupReport(
-        contract_version=contract_version,
-        policy_group=policy_group,
-        records=len(records),
-        statuses={status: statuses[status] for status in STATUSES}
-        | ({REVIEW: statuses[REVIEW]} if statuses[REVIEW] else {}),
-        cache={outcome: cache[outcome] for outcome in CACHE_OUTCOMES},
-        valid=value_stats([v for r in records if (v := r.valid_value) is not None]),
-        invalid=InvalidSummary(
-            count=len(invalid), top_reasons=top_reasons(record.reason for record in invalid)
-        ),
-        owners={owner: owners[owner] for owner in OWNERS},
-        no_owner=sum(record.owner is None for record in records),
-        missing_claims=top_missing_claims(records),
-        rows_without_triage=sum(record.missing_claim_ids is None for record in valid),
-        max_required_claims=max_required,
-        sparse_coverage=max_required is not None and max_required <= SPARSE_MAX_REQUIRED,
-        thresholds=sorted({r.threshold for r in records if r.threshold is not None}),
-        policy_versions=[
-            PolicyVersionCount(policy_version=version, count=count)
-            for version, count in sorted(policies.items(), key=lambda item: _none_last(item[0]))
-        ],
-        mixed_policy_versions=len(policies) > 1,
-        nondeterminism_conflicts=cache["conflict"],
-        nondeterminism_alerts=nondeterminism_alerts,
-        contract_drift_alerts=contract_drift_alerts,
-    )
+class GroupTally:
+    """Counts, valid-only statistics, invalid reasons, triage and policy versions of one
+    (contract version, group), filled a record at a time."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.statuses: Counter[str] = Counter()
+        self.cache: Counter[str] = Counter()
+        self.owners: Counter[str] = Counter()
+        self.no_owner = 0
+        self.policies: Counter[str | None] = Counter()
+        self.reasons: Counter[str] = Counter()  # of invalid rows
+        self.values = ValueTally()
+        self.missing = MissingTally()
+        self.rows_without_triage = 0
+        self.valid = 0
+        self.required_unknown = False
+        self.max_required = 0
+        self.thresholds: set[float] = set()
+
+    def add(self, record: ReportedRecord) -> None:
+        self.records += 1
+        self.statuses[record.status] += 1
+        if record.cache is not None:
+            self.cache[record.cache] += 1
+        if record.owner is None:
+            self.no_owner += 1
+        else:
+            self.owners[record.owner] += 1
+        self.policies[record.policy_version] += 1
+        if record.status == "invalid":
+            self.reasons[record.reason] += 1
+        if record.is_valid:
+            self.valid += 1
+            self.values.add(record.value)  # type: ignore[arg-type]  # valid: never None
+            self.rows_without_triage += record.missing_claim_ids is None
+            required = record.required_count
+            if required is None:
+                self.required_unknown = True
+            else:
+                self.max_required = max(self.max_required, required)
+        self.missing.add(record)
+        if record.threshold is not None:
+            self.thresholds.add(record.threshold)
+
+    def report(
+        self,
+        contract_version: str | None,
+        policy_group: str | None,
+        *,
+        nondeterminism_alerts: int = 0,
+        contract_drift_alerts: int = 0,
+    ) -> GroupReport:
+        statuses, cache, values = self.statuses, self.cache, self.values
+        # One valid row whose count is unknown could have three claims, so "all rows have at
+        # most two" would not be known: no count, no warning.
+        max_required = None if not self.valid or self.required_unknown else self.max_required
+        return GroupReport(
+            contract_version=contract_version,
+            policy_group=policy_group,
+            records=self.records,
+            statuses={status: statuses[status] for status in STATUSES}
+            | ({REVIEW: statuses[REVIEW]} if statuses[REVIEW] else {}),
+            cache={outcome: cache[outcome] for outcome in CACHE_OUTCOMES},
+            valid=ValueStats(
+                count=values.count, mean=values.mean(), min=values.low, max=values.high
+            ),
+            invalid=InvalidSummary(
+                count=statuses["invalid"], top_reasons=top_reason_counts(self.reasons)
+            ),
+            owners={owner: self.owners[owner] for owner in OWNERS},
+            no_owner=self.no_owner,
+            missing_claims=self.missing.top(),
+            rows_without_triage=self.rows_without_triage,
+            max_required_claims=max_required,
+            sparse_coverage=max_required is not None and max_required <= SPARSE_MAX_REQUIRED,
+            thresholds=sorted(self.thresholds),
+            policy_versions=[
+                PolicyVersionCount(policy_version=version, count=count)
+                for version, count in sorted(
+                    self.policies.items(), key=lambda item: _none_last(item[0])
+                )
+            ],
+            mixed_policy_versions=len(self.policies) > 1,
+            nondeterminism_conflicts=cache["conflict"],
+            nondeterminism_alerts=nondeterminism_alerts,
+            contract_drift_alerts=contract_drift_alerts,
+        )
 
 
-def max_required_claims(valid: Sequence[ReportedRecord]) -> int | None:
-    """The largest required count of the valid rows; None when any of them cannot say.
+class MissingTally:
+    """Rows per missing claim ID, and per ID the findings attached to it in those rows.
 
-    One row whose count is unknown could have three claims, so "all rows have at most two"
-    would not be known: no count, no warning.
+    Only rows that carry `missing_claim_ids` count: the reason's missing= list is not split,
+    since IDs may hold ",". A claim's dominant finding is the finding name most often attached
+    to that claim ID in the rows where it is missing; ties go to the first name in sorted
+    order, and claims with the same row count to the first ID, so the same records give the
+    same report.
     """
-    counts = [record.required_count for record in valid]
-    if not counts or None in counts:
-        return None
-    return max(count for count in counts if count is not None)
 
+    def __init__(self) -> None:
+        self.rows: Counter[str] = Counter()
+        self.findings: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
-def top_missing_claims(
-    records: Sequence[ReportedRecord], limit: int = TOP_MISSING_CLAIMS
-) -> list[MissingClaim]:
-    """The claim IDs missing from most rows, each with its dominant finding.
-
-    A claim's dominant finding is the finding name most often attached to that claim ID in
-    the rows where it is missing; ties go to the first name in sorted order, and claims with
-    the same row count to the first ID, so the same records give the same report. Only rows
-    that carry `missing_claim_ids` count: the reason's missing= list is not split, since IDs
-    may hold ",".
-    """
-    rows: Counter[str] = Counter()
-    findings: defaultdict[str, Counter[str]] = defaultdict(Counter)
-    for record in records:
+    def add(self, record: ReportedRecord) -> None:
         if record.missing_claim_ids is None:
-            continue
+            return
         missing = set(record.missing_claim_ids)
-        rows.update(missing)
+        self.rows.update(missing)
         for finding in record.findings or ():
             if finding.claim_id in missing:
-                findings[finding.claim_id][finding.finding] += 1
-    ranked = sorted(rows.items(), key=lambda item: (-item[1], item[0]))[:limit]
-    return [
-        MissingClaim(claim_id=claim_id, rows=count, **dominant(findings[claim_id]))
-        for claim_id, count in ranked
-    ]
+                self.findings[finding.claim_id][finding.finding] += 1
+
+    def top(self, limit: int = TOP_MISSING_CLAIMS) -> list[MissingClaim]:
+        """The claim IDs missing from most rows, each with its dominant finding."""
+        ranked = sorted(self.rows.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return [
+            MissingClaim(claim_id=claim_id, rows=count, **dominant(self.findings[claim_id]))
+            for claim_id, count in ranked
+        ]
 
 
 def dominant(counts: Counter[str]) -> dict[str, str | int | None]:
@@ -544,20 +656,3 @@ def dominant(counts: Counter[str]) -> dict[str, str | int | None]:
         return {"finding": None, "finding_count": 0}
     name, count = min(counts.items(), key=lambda item: (-item[1], item[0]))
     return {"finding": name, "finding_count": count}
-
-
-def value_stats(values: Sequence[float]) -> ValueStats:
-    if not values:
-        return ValueStats(count=0, mean=None, min=None, max=None)
-    return ValueStats(
-        count=len(values), mean=math.fsum(values) / len(values), min=min(values), max=max(values)
-    )
-
-
-def histogram(values: Iterable[float | None]) -> list[int]:
-    """Counts in 10 equal bins over 0..1; the last bin is closed, so 1.0 lands in 0.9-1.0."""
-    counts = [0] * BINS
-    for value in values:
-        if value is not None:
-            counts[min(int(value * BINS), BINS - 1)] += 1
-    return counts

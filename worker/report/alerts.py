@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Protocol
@@ -95,22 +95,42 @@ class AlertHash(BaseModel):
 
 def locate_alerts(records: Sequence[PlacingRecord], alerts: Iterable[AlertLine]) -> list[Located]:
     """Each alert with its contract version and (version, group) place, None where unplaced."""
-    place_of_hash: dict[str, Place] = {}
-    versions = {record.contract_version for record in records}
+    places = PlaceTally()
     for record in records:
-        if record.input_hash is not None:
-            place_of_hash.setdefault(
-                record.input_hash, (record.contract_version, record.policy_group)
-            )
-    located: list[Located] = []
-    for alert in alerts:
-        if alert.input_hash is not None and (place := place_of_hash.get(alert.input_hash)):
-            located.append((alert, place[0], place))
-        elif alert.contract_version is not None and alert.contract_version in versions:
-            located.append((alert, alert.contract_version, None))
-        else:
-            located.append((alert, None, None))
-    return located
+        places.add(record)
+    return places.locate(alerts)
+
+
+class PlaceTally:
+    """What placing alerts needs of the records, filled a record at a time: the contract
+    versions seen, and the place of each input hash's first record; of the hashes in `wanted`
+    only, when the alerts are known before the records (a store's), so that it does not grow
+    with the records."""
+
+    def __init__(self, wanted: Collection[str] | None = None) -> None:
+        self.wanted = wanted
+        self.versions: set[str | None] = set()
+        self.place_of_hash: dict[str, Place] = {}
+
+    def add(self, record: PlacingRecord) -> None:
+        self.versions.add(record.contract_version)
+        input_hash = record.input_hash
+        if input_hash is not None and (self.wanted is None or input_hash in self.wanted):
+            place = (record.contract_version, record.policy_group)
+            self.place_of_hash.setdefault(input_hash, place)
+
+    def locate(self, alerts: Iterable[AlertLine]) -> list[Located]:
+        """Each alert with its contract version and (version, group) place, None where
+        unplaced."""
+        located: list[Located] = []
+        for alert in alerts:
+            if alert.input_hash is not None and (place := self.place_of_hash.get(alert.input_hash)):
+                located.append((alert, place[0], place))
+            elif alert.contract_version is not None and alert.contract_version in self.versions:
+                located.append((alert, alert.contract_version, None))
+            else:
+                located.append((alert, None, None))
+        return located
 
 
 def place_alerts(

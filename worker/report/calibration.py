@@ -5,7 +5,7 @@ in text, JSON and HTML. Absent when no record carries a `review` status or a pre
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import date
 from typing import Protocol
 
@@ -84,75 +84,95 @@ class Calibration(SectionModel):
 
 
 def calibration(
-    records: Sequence[Calibrated], windows: Mapping[str, date] | None = None
+    records: Iterable[Calibrated], windows: Mapping[str, date] | None = None
 ) -> Calibration | None:
     """The section over the records; None when no record is in review or carries a previous
     rule. `windows`: each known window's last day by its previous policy version."""
-    if not any(r.status == "review" or r.previous_status is not None for r in records):
-        return None
-    return Calibration(
-        review=_review_rows(records), observation_windows=_windows(records, windows or {})
-    )
+    tally = CalibrationTally()
+    for record in records:
+        tally.add(record)
+    return tally.section(windows)
 
 
 def _key(name: str | None) -> tuple[bool, str]:
     return name is None, name or ""
 
 
-def _review_rows(records: Iterable[Calibrated]) -> list[ReviewRows]:
-    """Per (contract version, group) that has a review row or a band, in sorted order."""
-    rows: Counter[tuple[str | None, str | None]] = Counter()
-    review: Counter[tuple[str | None, str | None]] = Counter()
-    bands: dict[tuple[str | None, str | None], set[float]] = {}
-    for record in records:
+Key = tuple[str | None, str | None]  # (contract version, policy group)
+
+
+class CalibrationTally:
+    """The section's counts, filled a record at a time: per (contract version, group) and per
+    previous policy version, never per record."""
+
+    def __init__(self) -> None:
+        self.any = False
+        self.rows: Counter[Key] = Counter()
+        self.review: Counter[Key] = Counter()
+        self.bands: dict[Key, set[float]] = {}
+        self.decided: Counter[str] = Counter()
+        self.changes: dict[str, Counter[tuple[str, str]]] = {}
+        self.versions: dict[str, set[str]] = {}
+
+    def add(self, record: Calibrated) -> None:
+        in_review = record.status == "review"
+        self.any = self.any or in_review or record.previous_status is not None
         key = (record.contract_version, record.policy_group)
-        rows[key] += 1
-        review[key] += record.status == "review"
+        self.rows[key] += 1
+        self.review[key] += in_review
         if record.review_band is not None:
-            bands.setdefault(key, set()).add(record.review_band)
-    keys = sorted(
-        (key for key in rows if review[key] or key in bands),
-        key=lambda key: (_key(key[0]), _key(key[1])),
-    )
-    return [
-        ReviewRows(
-            contract_version=version,
-            policy_group=group,
-            review=review[version, group],
-            records=rows[version, group],
-            review_bands=sorted(bands.get((version, group), ())),
-        )
-        for version, group in keys
-    ]
-
-
-def _windows(records: Iterable[Calibrated], until: Mapping[str, date]) -> list[ObservationWindow]:
-    """Per previous policy version, sorted: how many rows it decided, which changed and how."""
-    decided: Counter[str] = Counter()
-    changes: dict[str, Counter[tuple[str, str]]] = {}
-    versions: dict[str, set[str]] = {}
-    for record in records:
+            self.bands.setdefault(key, set()).add(record.review_band)
         previous = record.previous_policy_version
         if previous is None or record.previous_status is None:
-            continue
-        decided[previous] += 1
-        versions.setdefault(previous, set()).add(record.policy_version or "")
+            return
+        self.decided[previous] += 1
+        self.versions.setdefault(previous, set()).add(record.policy_version or "")
         if record.previous_status != record.status:
-            changes.setdefault(previous, Counter())[record.previous_status, record.status] += 1
-    return [
-        ObservationWindow(
-            previous_policy_version=previous,
-            policy_versions=sorted(versions[previous]),
-            until=until.get(previous),
-            records=decided[previous],
-            changed=sum(changes.get(previous, Counter()).values()),
-            changes=[
-                StatusChange(previous_status=before, status=now, rows=count)
-                for (before, now), count in sorted(changes.get(previous, Counter()).items())
-            ],
+            changes = self.changes.setdefault(previous, Counter())
+            changes[record.previous_status, record.status] += 1
+
+    def section(self, windows: Mapping[str, date] | None = None) -> Calibration | None:
+        """The section; None when no record was in review or carried a previous rule."""
+        if not self.any:
+            return None
+        windows_found = self._windows(windows or {})
+        return Calibration(review=self._review_rows(), observation_windows=windows_found)
+
+    def _review_rows(self) -> list[ReviewRows]:
+        """Per (contract version, group) that has a review row or a band, in sorted order."""
+        keys = sorted(
+            (key for key in self.rows if self.review[key] or key in self.bands),
+            key=lambda key: (_key(key[0]), _key(key[1])),
         )
-        for previous in sorted(decided)
-    ]
+        return [
+            ReviewRows(
+                contract_version=version,
+                policy_group=group,
+                review=self.review[version, group],
+                records=self.rows[version, group],
+                review_bands=sorted(self.bands.get((version, group), ())),
+            )
+            for version, group in keys
+        ]
+
+    def _windows(self, until: Mapping[str, date]) -> list[ObservationWindow]:
+        """Per previous policy version, sorted: how many rows it decided, which changed and
+        how."""
+        none: Counter[tuple[str, str]] = Counter()
+        return [
+            ObservationWindow(
+                previous_policy_version=previous,
+                policy_versions=sorted(self.versions[previous]),
+                until=until.get(previous),
+                records=self.decided[previous],
+                changed=sum(self.changes.get(previous, none).values()),
+                changes=[
+                    StatusChange(previous_status=before, status=now, rows=count)
+                    for (before, now), count in sorted(self.changes.get(previous, none).items())
+                ],
+            )
+            for previous in sorted(self.decided)
+        ]
 
 
 def _label(name: str | None, none: str) -> str:

@@ -9,8 +9,7 @@ apart, never placed on a guessed day. Alerts are put on the day they were raised
 
 from __future__ import annotations
 
-import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from typing import Final, Literal
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts.messages import as_utc
 from contracts.records import AlertKind
+from worker.report.tally import ValueTally
 from worker.wording import counted, number
 
 TimeField = Literal["recorded_at", "produced_at"]
@@ -71,14 +71,34 @@ def utc_day(moment: datetime | None) -> date | None:
 
 
 def span_of(days: Sequence[date | None], field: TimeField) -> Span:
-    dated = {day for day in days if day is not None}
-    return Span(
-        field=field,
-        first_day=min(dated, default=None),
-        last_day=max(dated, default=None),
-        days=len(dated),
-        undated=sum(day is None for day in days),
-    )
+    tally = SpanTally(field)
+    for day in days:
+        tally.add(day)
+    return tally.span()
+
+
+class SpanTally:
+    """The days records fall on, filled a record at a time: a set of days, not of records."""
+
+    def __init__(self, field: TimeField) -> None:
+        self.field = field
+        self.dated: set[date] = set()
+        self.undated = 0
+
+    def add(self, day: date | None) -> None:
+        if day is None:
+            self.undated += 1
+        else:
+            self.dated.add(day)
+
+    def span(self) -> Span:
+        return Span(
+            field=self.field,
+            first_day=min(self.dated, default=None),
+            last_day=max(self.dated, default=None),
+            days=len(self.dated),
+            undated=self.undated,
+        )
 
 
 def per_day(
@@ -86,30 +106,50 @@ def per_day(
     alerts: Iterable[tuple[date | None, AlertKind]],
 ) -> list[DayReport]:
     """Each day with rows or alerts, in order: rows are (day, value when valid, else None)."""
-    values: defaultdict[date, list[float]] = defaultdict(list)
-    records: Counter[date] = Counter()
+    tally = DayTally()
     for day, value in rows:
+        tally.add(day, value)
+    return tally.days(alerts)
+
+
+class DayTally:
+    """Rows and the exact sum of valid values per day, filled a row at a time."""
+
+    def __init__(self) -> None:
+        self.records: Counter[date] = Counter()
+        self.values: dict[date, ValueTally] = {}
+
+    def add(self, day: date | None, value: float | None) -> None:
+        """A row on `day` (none: not counted here), with its value when valid, else None."""
         if day is None:
-            continue
-        records[day] += 1
+            return
+        self.records[day] += 1
         if value is not None:
-            values[day].append(value)
-    raised: Counter[tuple[date, AlertKind]] = Counter(
-        (day, kind) for day, kind in alerts if day is not None
-    )
-    days = sorted(set(records) | {day for day, _ in raised})
-    return [
-        DayReport(
-            day=day,
-            records=records[day],
-            valid=len(values[day]),
-            invalid=records[day] - len(values[day]),
-            mean=math.fsum(values[day]) / len(values[day]) if values[day] else None,
-            nondeterminism_alerts=raised[day, "nondeterminism"],
-            contract_drift_alerts=raised[day, "contract_drift"],
+            if (values := self.values.get(day)) is None:
+                values = self.values[day] = ValueTally()
+            values.add(value)
+
+    def days(self, alerts: Iterable[tuple[date | None, AlertKind]]) -> list[DayReport]:
+        """Each day with rows or alerts, in order, with the alerts raised on it."""
+        raised: Counter[tuple[date, AlertKind]] = Counter(
+            (day, kind) for day, kind in alerts if day is not None
         )
-        for day in days
-    ]
+        empty = ValueTally()
+        out = []
+        for day in sorted(set(self.records) | {day for day, _ in raised}):
+            values = self.values.get(day, empty)
+            out.append(
+                DayReport(
+                    day=day,
+                    records=self.records[day],
+                    valid=values.count,
+                    invalid=self.records[day] - values.count,
+                    mean=values.mean(),
+                    nondeterminism_alerts=raised[day, "nondeterminism"],
+                    contract_drift_alerts=raised[day, "contract_drift"],
+                )
+            )
+        return out
 
 
 def span_line(span: Span) -> str | None:

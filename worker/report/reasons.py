@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,8 +45,15 @@ def top_reasons(reasons: Iterable[str], limit: int = TOP_REASONS) -> list[Reason
     same report. Reasons that differ only in their list of claim IDs count as one (their
     template), with two of them as examples: "duplicate claim IDs: a,b" and "...: c" are one
     problem."""
+    return top_reason_counts(Counter(reasons), limit)
+
+
+def top_reason_counts(reasons: Mapping[str, int], limit: int = TOP_REASONS) -> list[ReasonCount]:
+    """top_reasons() of the rows counted by reason (what the report tallies as rows arrive)."""
     # Grouped on the metric's own words: Ragas's prefix tells a reader of this report nothing.
-    counts = Counter(reason.removeprefix(RAGAS_ERROR_PREFIX) for reason in reasons)
+    counts: Counter[str] = Counter()
+    for reason, count in reasons.items():
+        counts[reason.removeprefix(RAGAS_ERROR_PREFIX)] += count
     templates: defaultdict[str, Counter[str]] = defaultdict(Counter)
     for reason, count in counts.items():
         templates[reason_template(reason)][reason] = count
