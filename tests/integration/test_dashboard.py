@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "evidence-coverage.json
 PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yaml"
 RULES = ROOT / "deploy" / "alerts" / "prometheus-rules.yaml"
 EXAMPLE = "contracts/examples/attribution-results.jsonl"
-POLICY = ROOT / "contracts" / "examples" / "policy.toml"
+EXAMPLES = ROOT / "contracts" / "examples"
+POLICY = EXAMPLES / "policy.toml"
 # Grafana's own variables, as it would fill them in: windows that hold every sample of the
 # test (a few seconds), so rate() and increase() see both batches.
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "10m"}
@@ -95,6 +97,20 @@ class Prometheus:
                 return
             time.sleep(0.2)
         pytest.fail(f"{expression} never became {expected} (last: {got})")
+
+
+def observing_policy(folder: Path) -> Path:
+    """The example policy with an observation window open for a month from today (UTC), the
+    example's previous policy beside it: the previous-rule panel has data to show."""
+    until = (datetime.now(UTC).date() + timedelta(days=30)).isoformat()
+    shutil.copy(EXAMPLES / "policy-2026-11.toml", folder / "policy-2026-11.toml")
+    policy = folder / "policy.toml"
+    policy.write_text(
+        POLICY.read_text("utf-8")
+        + f'\n[observe]\nprevious = "policy-2026-11.toml"\nuntil = "{until}"\n',
+        "utf-8",
+    )
+    return policy
 
 
 @pytest.fixture
@@ -186,7 +202,7 @@ def test_every_panel_query_returns_the_worker_s_data(
         env={
             "EVIDENCE_METRICS_PORT": str(metrics_port),
             MULTIPROC_ENV: str(tmp_path / "metrics"),
-            "EVIDENCE_POLICY_FILE": str(POLICY),
+            "EVIDENCE_POLICY_FILE": str(observing_policy(tmp_path)),
         },
     )
     worker.wait_ready()

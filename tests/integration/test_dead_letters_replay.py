@@ -154,7 +154,7 @@ def test_a_letter_whose_message_is_recorded_under_its_write_id_is_removed_and_ne
     assert (code, err) == (
         OK,
         "dead-letters replay: 1 letter: 1 recorded before under their write id (removed, "
-        "nothing sent)\n",
+        f"nothing sent) (store {STORE_URL})\n",
     )
     assert lines == [
         {"id": letter_id, "case_id": "refund-001", "recorded": True, "already_recorded": True}

@@ -185,7 +185,7 @@ def test_a_store_failing_mid_publish_leaves_every_line_sent_or_not_sent_and_said
             OK,
             f"publish: sent {LINES - NOTE_CHUNK} messages in {LINES - NOTE_CHUNK} tasks to "
             f"queue {queue}; 0 lines rejected; {NOTE_CHUNK} lines skipped (--from-line "
-            f"{first_unsent})",
+            f"{first_unsent}) (store {store_url}, broker {publish_cli.BROKER_URL})",
         )
         on_broker = [json.loads(task.args[0])["case_id"] for task in queued(queue)]
         assert on_broker == sent_ids + unsent_ids

@@ -25,7 +25,7 @@ LOST = 500
 SUMMARY = re.compile(
     r"reconcile: read the ledger of [^\n]+\n"
     r"reconcile: (?P<count>[0-9,]+) messages? published before (?P<before>\S+) (?:was|were) "
-    r"neither recorded nor dead-lettered; (?P<listed>[0-9,]+) listed\n"
+    r"neither recorded nor dead-lettered; (?P<listed>[0-9,]+) listed \(store [^)\n]+\)\n"
 )
 
 

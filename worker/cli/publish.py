@@ -81,8 +81,8 @@ def register(commands: Any) -> None:
         "--from-line",
         type=positive_int,
         metavar="N",
-        help="skip the lines before line N (counted in the summary): resume where a failed "
-        "publish says its first line not sent is",
+        help="skip the lines before line N (counted in the summary), to resume at the first "
+        "line a failed publish says was not sent (default: from line 1)",
     )
     parser.set_defaults(handler=run)
 
