@@ -9,7 +9,7 @@ import io
 import json
 import math
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -182,8 +182,7 @@ def file_rows(
     """ROWS judged in process as `gate` judges them (contracts.judging), with gate's progress
     on stderr for a long file; an AttributionResult also carries its input hash and claim
     lists."""
-    from contracts.calibration import JudgedRow
-    from worker.cli.gate import FirstSets, _is_attribution_result, gate_row
+    from worker.cli.gate import FirstSets, gate_row, is_attribution_result
     from worker.cli.inputs import JsonLines
     from worker.cli.progress import over_input
 
@@ -196,21 +195,9 @@ def file_rows(
         if line["value"] is not None:  # a valid row: its lines parsed
             parsed = json.loads(body)
             required, supported = parsed["required_claim_ids"], parsed["supported_claim_ids"]
-            if _is_attribution_result(body):
+            if is_attribution_result(body):
                 input_hash = _input_hash(body, settings)
-        yield JudgedRow(
-            case_id=line["case_id"],
-            input_hash=input_hash,
-            policy_group=line["policy_group"],
-            contract_version=line["contract_version"],
-            value=line["value"],
-            status=line["status"],
-            reason=line["reason"],
-            owner=line["owner"],
-            required_claim_ids=required,
-            supported_claim_ids=supported,
-            missing_claim_ids=line["missing_claim_ids"],
-        )
+        yield judged_row(line, input_hash=input_hash, required=required, supported=supported)
         progress.tick()
     progress.finish()
 
@@ -243,22 +230,41 @@ def store_rows(store: Any, policy: Policy, cases: Collection[str] = ()) -> Itera
 def _judged(
     input_hash: str, first: Attempt, policy: Policy, *, case_id: str | None = None
 ) -> JudgedRow:
-    from contracts.calibration import JudgedRow
     from worker.audit.records import row_of
 
-    row = row_of(input_hash, first, policy)
-    return JudgedRow(
-        case_id=case_id or row["case_id"],
+    return judged_row(
+        row_of(input_hash, first, policy),
         input_hash=input_hash,
-        policy_group=row["policy_group"],
-        contract_version=row["contract_version"],
-        value=row["value"],
-        status=row["status"],
-        reason=row["reason"],
-        owner=row["owner"],
-        required_claim_ids=list(first.required_claim_ids),
-        supported_claim_ids=list(first.supported_claim_ids),
-        missing_claim_ids=row["missing_claim_ids"],
+        required=list(first.required_claim_ids),
+        supported=list(first.supported_claim_ids),
+        case_id=case_id,
+    )
+
+
+def judged_row(
+    line: Mapping[str, Any],
+    *,
+    input_hash: str | None,
+    required: list[str] | None,
+    supported: list[str] | None,
+    case_id: str | None = None,
+) -> JudgedRow:
+    """A row as compare and calibrate read it, from a gate line or a records row (the same
+    field names); `case_id` in place of the line's, for a case read through the case index."""
+    from contracts.calibration import JudgedRow
+
+    return JudgedRow(
+        case_id=case_id or line["case_id"],
+        input_hash=input_hash,
+        policy_group=line["policy_group"],
+        contract_version=line["contract_version"],
+        value=line["value"],
+        status=line["status"],
+        reason=line["reason"],
+        owner=line["owner"],
+        required_claim_ids=required,
+        supported_claim_ids=supported,
+        missing_claim_ids=line["missing_claim_ids"],
     )
 
 

@@ -240,7 +240,7 @@ def _parse(body: bytes, max_bytes: int) -> ReleaseRow | AttributionResult:
     from contracts import ReleaseRow
     from worker.pipeline.intake import describe_validation_error, not_utf8, parse_message
 
-    if _is_attribution_result(body):
+    if is_attribution_result(body):
         return parse_message(body, max_bytes=max_bytes)
     try:
         return ReleaseRow.model_validate_json(body)
@@ -248,7 +248,7 @@ def _parse(body: bytes, max_bytes: int) -> ReleaseRow | AttributionResult:
         raise InputError(not_utf8(body) or describe_validation_error(error)) from None
 
 
-def _is_attribution_result(body: bytes) -> bool:
+def is_attribution_result(body: bytes) -> bool:
     try:
         parsed = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
