@@ -184,3 +184,22 @@ def make_legacy_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
             return store
 
         yield legacy
+
+
+@pytest.fixture(params=["sqlite", REDIS, CLUSTER])
+def store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[ResultStore, str]]:
+    """A fresh store of one kind and the URL the commands reach it by (a Redis store's key
+    prefix set in the environment, as an operator would)."""
+    store = build_store(request.param, request, tmp_path)
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 's.sqlite3'}"
+    elif request.param == "cluster":
+        url = request.getfixturevalue("redis_cluster").url
+        monkeypatch.setenv("EVIDENCE_KEY_PREFIX", request.getfixturevalue("cluster_prefix"))
+    else:
+        url = request.getfixturevalue("redis_url")
+        monkeypatch.setenv("EVIDENCE_KEY_PREFIX", request.getfixturevalue("key_prefix"))
+    yield store, url
+    store.close()

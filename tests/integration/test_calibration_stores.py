@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ import pytest
 
 from tests import factories
 from tests.conftest import FIXED_NOW, Run
-from tests.integration.store_factories import build_store
+from tests.integration import store_factories
 from worker.audit.safe_csv import restored
 from worker.stores import ResultStore
 
@@ -57,23 +57,7 @@ def attempt(seconds: int, case_id: str, supported: int | None) -> Any:
     )
 
 
-@pytest.fixture(params=["sqlite", "redis", "cluster"])
-def store_url(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[ResultStore, str]]:
-    """A fresh store of one kind and the URL the commands reach it by (a Redis store's key
-    prefix set in the environment, as an operator would)."""
-    store = build_store(request.param, request, tmp_path)
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 's.sqlite3'}"
-    elif request.param == "cluster":
-        url = request.getfixturevalue("redis_cluster").url
-        monkeypatch.setenv("EVIDENCE_KEY_PREFIX", request.getfixturevalue("cluster_prefix"))
-    else:
-        url = request.getfixturevalue("redis_url")
-        monkeypatch.setenv("EVIDENCE_KEY_PREFIX", request.getfixturevalue("key_prefix"))
-    yield store, url
-    store.close()
+store_url = store_factories.store_url
 
 
 def fill(store: ResultStore) -> None:

@@ -5,7 +5,7 @@ with fixed attempts, so every row, line and count is exact."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from contracts import METRIC_VERSION, RAGAS_VERSION, Attempt
 from contracts.triage import Finding
 from tests import factories
 from tests.conftest import FIXED_NOW, Run
-from tests.integration.store_factories import CLUSTER, REDIS, build_store
+from tests.integration import store_factories
 from worker.stores import ResultStore, describe
 
 pytestmark = pytest.mark.integration
@@ -47,23 +47,7 @@ def at(seconds: int, case_id: str, **fields: Any) -> Attempt:
     return factories.attempt(**values)
 
 
-@pytest.fixture(params=["sqlite", REDIS, CLUSTER])
-def store_url(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[ResultStore, str]]:
-    """A fresh store of one kind and the URL the commands reach it by (a Redis store's key
-    prefix set in the environment, as an operator would)."""
-    store = build_store(request.param, request, tmp_path)
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 's.sqlite3'}"
-    elif request.param == "cluster":
-        url = request.getfixturevalue("redis_cluster").url
-        monkeypatch.setenv("EVIDENCE_KEY_PREFIX", request.getfixturevalue("cluster_prefix"))
-    else:
-        url = request.getfixturevalue("redis_url")
-        monkeypatch.setenv("EVIDENCE_KEY_PREFIX", request.getfixturevalue("key_prefix"))
-    yield store, url
-    store.close()
+store_url = store_factories.store_url
 
 
 def fill(store: ResultStore) -> None:
