@@ -10,8 +10,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from contracts.messages import Citation
-from contracts.outcomes import CacheOutcome, Outcome, Owner, Status
-from contracts.triage import Finding, findings_of
+from contracts.outcomes import CacheOutcome, Decision, Outcome, Owner, Status
+from contracts.triage import Finding, Triage, findings_of
 
 SCORED = "evidence_coverage.scored"
 REJECTED = "evidence_coverage.rejected"
@@ -257,6 +257,85 @@ class ScoreRecord(Record):
     @property
     def log_level(self) -> Literal["info", "warning"]:
         return "info" if self.event == SCORED and self.cache != "conflict" else "warning"
+
+
+def scored_fields(
+    case_id: str | None,
+    input_hash: str,
+    versions: tuple[str, str, str],
+    grader: tuple[str | None, str | None, str | None],
+    decision: Decision,
+    *,
+    owner: Owner | None,
+    previous: Decision | None,
+    cache: CacheOutcome,
+    triage: Triage,
+    contract_drift: bool,
+    task_id: str | None,
+    recorded_at: datetime,
+    observed: Outcome | None = None,
+    trace: tuple[str | None, str | None] = (None, None),
+    produced_at: datetime | None = None,
+    line: int | None = None,
+) -> dict[str, Any]:
+    """A scored record's fields, in ScoreRecord's order (the log line's): the one place that
+    spells them, for the worker's record of a message (contracts.trusted makes it the
+    ScoreRecord) and for a record row read back from a store (the fields a store keeps).
+
+    `versions`: the metric's, Ragas's and the worker's; `grader`: its name, version and
+    model. `decision` decides and `triage` gives the missing IDs and findings; `owner` is
+    given, as a drifted contract's write moves it (row_owner()). `previous`: the decision
+    under an open observation window's previous rule (SPEC §12). `observed`: a repeat's own
+    outcome (a hit or a conflict), None for the first. `trace`: the message's trace_id and the
+    warning that set a malformed one aside (checked_trace_id()). A new dict each call, its
+    lists its own.
+
+    Few enough arguments for CPython to pass them on the stack, once per message: a call of
+    more keywords than that is compiled to build a dict of them first."""
+    metric_version, ragas_version, worker_version = versions
+    grader_name, grader_version, grader_model = grader
+    trace_id, trace_warning = trace
+    previous_version = previous_status = None
+    if previous is not None:
+        previous_version, previous_status = previous.policy_version, previous.status
+    return {
+        "event": SCORED,
+        "case_id": case_id,
+        "input_hash": input_hash,
+        "contract_version": decision.contract_version,
+        "metric_version": metric_version,
+        "ragas_version": ragas_version,
+        "worker_version": worker_version,
+        "grader_name": grader_name,
+        "grader_version": grader_version,
+        "grader_model": grader_model,
+        "value": decision.value,
+        "reason": decision.reason,
+        "status": decision.status,
+        "policy_group": decision.policy_group,
+        "policy_version": decision.policy_version,
+        "threshold": decision.threshold,
+        "review_band": decision.review_band,
+        "blocking": decision.blocking,
+        "owner": owner,
+        "previous_policy_version": previous_version,
+        "previous_status": previous_status,
+        "cache": cache,
+        "missing_claim_ids": None
+        if triage.missing_claim_ids is None
+        else list(triage.missing_claim_ids),
+        "findings": list(triage.findings),
+        "contract_drift": contract_drift,
+        "observed_value": None if observed is None else observed.value,
+        "observed_reason": None if observed is None else observed.reason,
+        "task_id": task_id,
+        "duration_ms": None,
+        "trace_id": trace_id,
+        "produced_at": produced_at,
+        "recorded_at": recorded_at,
+        "line": line,
+        "warnings": [] if trace_warning is None else [trace_warning],
+    }
 
 
 class CoverageRecord(ScoreRecord):

@@ -20,7 +20,7 @@ from typing import Any, Final
 from contracts import Attempt, Policy
 from contracts.judging import judge_kept
 from contracts.outcomes import Owner, Status
-from contracts.records import ALERT_EVENTS, SCORED, AnyAlert, iso_utc
+from contracts.records import ALERT_EVENTS, AnyAlert, iso_utc, scored_fields
 from contracts.triage import FindingName, findings_json
 
 # A row's fields, in the record line's order; the CSV columns are these.
@@ -49,51 +49,42 @@ FIELDS: Final = (
     "task_id",
     "recorded_at",
 )
+# A row's fields that a record line leaves out when unset (SPEC §12), after FIELDS.
+_OPTIONAL: Final = ("review_band", "previous_policy_version", "previous_status")
 
 
 def row_of(
     input_hash: str, first: Attempt, policy: Policy | None, previous: Policy | None = None
 ) -> dict[str, Any]:
-    """The record row of one first outcome, decided under `policy` (None: report-only).
+    """The record row of one first outcome, decided under `policy` (None: report-only): the
+    fields of its record line (contracts.records.scored_fields) that a store keeps.
 
     `previous`: the previous rule of the policy's open observation window (SPEC §12): the row
     is decided under it too, carries its version and status (previous_policy_version,
     previous_status) and, failing now where it passed before, is the release rule's. Those
     two fields, and review_band, are left out where unset, as on a record line."""
     judgement = judge_kept(first, policy, baseline=previous)
-    decision, found, before = judgement.decision, judgement.triage, judgement.baseline
-    row = {
-        "event": SCORED,
-        "case_id": first.case_id,
-        "input_hash": input_hash,
-        "contract_version": decision.contract_version,
-        "metric_version": first.metric_version,
-        "ragas_version": first.ragas_version,
-        "worker_version": first.worker_version,
-        "grader_name": first.grader_name,
-        "grader_version": first.grader_version,
-        "grader_model": first.grader_model,
-        "value": decision.value,
-        "reason": decision.reason,
-        "status": decision.status,
-        "policy_group": decision.policy_group,
-        "policy_version": decision.policy_version,
-        "threshold": decision.threshold,
-        "owner": found.owner,
-        "cache": "miss",  # the first outcome is what its hash's first record found
-        "missing_claim_ids": None
-        if found.missing_claim_ids is None
-        else list(found.missing_claim_ids),
-        "findings": findings_json(list(found.findings)),
-        "contract_drift": first.contract_drift,
-        "task_id": first.task_id,
-        "recorded_at": iso_utc(first.recorded_at),
-    }
-    if decision.review_band is not None:
-        row["review_band"] = decision.review_band
-    if before is not None:
-        row["previous_policy_version"] = before.policy_version
-        row["previous_status"] = before.status
+    fields = scored_fields(
+        first.case_id,
+        input_hash,
+        (first.metric_version, first.ragas_version, first.worker_version),
+        (first.grader_name, first.grader_version, first.grader_model),
+        judgement.decision,
+        owner=judgement.triage.owner,
+        previous=judgement.baseline,
+        cache="miss",  # the first outcome is what its hash's first record found
+        triage=judgement.triage,
+        contract_drift=first.contract_drift,
+        task_id=first.task_id,
+        recorded_at=first.recorded_at,
+    )
+    row = {name: fields[name] for name in FIELDS}
+    row["recorded_at"] = iso_utc(first.recorded_at)
+    row["findings"] = findings_json(row["findings"])
+    # The fields only some records have follow the kept ones, set or left out.
+    for name in _OPTIONAL:
+        if fields[name] is not None:
+            row[name] = fields[name]
     return row
 
 

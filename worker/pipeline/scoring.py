@@ -26,7 +26,7 @@ from contracts import (
     judging,
 )
 from contracts.policy import INVALID_OWNER, previous_rule
-from contracts.records import REJECTED, SCORED, ContractDriftAlert, KeptCitation
+from contracts.records import REJECTED, ContractDriftAlert, KeptCitation, scored_fields
 from contracts.trace_ids import checked_trace_id
 from contracts.triage import Triage, row_owner
 from contracts.trusted import trusted
@@ -36,6 +36,7 @@ from worker.stores import DeadLetter, OutcomeStore, Recorded
 from worker.stores.ledger import write_id as ledger_write_id
 
 WORKER_VERSION = version("evidence-coverage-worker")
+VERSIONS = (METRIC_VERSION, RAGAS_VERSION, WORKER_VERSION)  # a record's, in its order
 
 Clock = Callable[[], datetime]
 
@@ -217,58 +218,33 @@ def build_record(
     else:
         canonical = recorded.first.outcome if recorded.cache == "conflict" else observed
         decision, found, before = judge_first(message, recorded.first, canonical, policy, previous)
-    repeat = recorded.cache != "miss"
-    previous_version = previous_status = None
-    if before is not None:  # an open observation window's (SPEC §12)
-        previous_version, previous_status = before.policy_version, before.status
-    trace_id, trace_warning = checked_trace_id(message.trace_id)
+    trace = checked_trace_id(message.trace_id)
     owner = (
         row_owner(decision, found.findings, contract_drift=True, release_rule=False)
         if recorded.contract_drift
         else found.owner
     )
-    # ScoreRecord's fields in its order (the log line's), from the message, the decision and
-    # triage: built without validating them again (contracts.trusted), once per message.
+    # Built without validating the fields again (contracts.trusted), once per message.
     return trusted(
         ScoreRecord,
-        {
-            "event": SCORED,
-            "case_id": message.case_id,
-            "input_hash": judged.input_hash,
-            "contract_version": decision.contract_version,
-            "metric_version": METRIC_VERSION,
-            "ragas_version": RAGAS_VERSION,
-            "worker_version": WORKER_VERSION,
-            "grader_name": grader.name,
-            "grader_version": grader.version,
-            "grader_model": grader.model,
-            "value": decision.value,
-            "reason": decision.reason,
-            "status": decision.status,
-            "policy_group": decision.policy_group,
-            "policy_version": decision.policy_version,
-            "threshold": decision.threshold,
-            "review_band": decision.review_band,
-            "blocking": decision.blocking,
-            "owner": owner,
-            "previous_policy_version": previous_version,
-            "previous_status": previous_status,
-            "cache": recorded.cache,
-            "missing_claim_ids": None
-            if found.missing_claim_ids is None
-            else list(found.missing_claim_ids),
-            "findings": list(found.findings),
-            "contract_drift": recorded.contract_drift,
-            "observed_value": observed.value if repeat else None,
-            "observed_reason": observed.reason if repeat else None,
-            "task_id": delivery.task_id,
-            "duration_ms": None,
-            "trace_id": trace_id,
-            "produced_at": message.produced_at,
-            "recorded_at": now,
-            "line": delivery.line,
-            "warnings": [] if trace_warning is None else [trace_warning],
-        },
+        scored_fields(
+            message.case_id,
+            judged.input_hash,
+            VERSIONS,
+            (grader.name, grader.version, grader.model),
+            decision,
+            owner=owner,
+            previous=before,
+            cache=recorded.cache,
+            triage=found,
+            contract_drift=recorded.contract_drift,
+            task_id=delivery.task_id,
+            recorded_at=now,
+            observed=observed if recorded.cache != "miss" else None,
+            trace=trace,
+            produced_at=message.produced_at,
+            line=delivery.line,
+        ),
     )
 
 
