@@ -10,7 +10,7 @@ from contracts.messages import AttributionResult, Citation, Context, Grader, Rel
 from contracts.metric import METRIC_VERSION, RAGAS_VERSION
 from contracts.outcomes import Decision, Outcome
 from contracts.policy import Policy, PolicyError, decide, parse_policy, policy_from_threshold
-from contracts.records import (
+from contracts.record_models import (
     Alert,
     AlertRecord,
     Attempt,

@@ -13,7 +13,7 @@ from contracts.messages import AttributionResult, ReleaseRow
 from contracts.metric import score_pair
 from contracts.outcomes import Decision, Outcome
 from contracts.policy import DEFAULT_GROUP, Policy, decide
-from contracts.records import Attempt
+from contracts.record_models import Attempt
 from contracts.triage import Triage, release_row_triage, row_owner, triage
 from contracts.trusted import trusted
 

@@ -48,7 +48,7 @@ class Decision(BaseModel):
 
 def value_json(value: float | None) -> str:
     """A metric value as the definition of "same outcome" spells it (the stores'
-    outcome_json(), contracts.stability's outcome_key()): repr, exact, so 0.5 and
+    outcome_json(), contracts.grader_stability's outcome_key()): repr, exact, so 0.5 and
     0.50000000001 differ and -0.0 is not 0.0; None and non-finite values alike as null, as
     the stores keep them. Also valid JSON for an attempt's `value`."""
     if value is None or not math.isfinite(value):

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from contracts.records import SCORED
+from contracts.record_models import SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import Line
 

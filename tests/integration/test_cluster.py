@@ -23,7 +23,7 @@ import pytest
 import redis
 from celery import Celery
 
-from contracts.records import REJECTED
+from contracts.record_models import REJECTED
 from tests import factories
 from tests.bad_input import clean_env
 from tests.integration import worker_harness as harness

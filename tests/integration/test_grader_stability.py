@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from contracts.stability import wilson_interval
+from contracts.grader_stability import wilson_interval
 from tests.conftest import Run
 from tests.integration import worker_harness
 from tests.integration.test_metrics import Samples, free_port, scrape_until

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from contracts.records import CONTRACT_DRIFT, SCORED
+from contracts.record_models import CONTRACT_DRIFT, SCORED
 from tests.conftest import EXAMPLES, ROOT
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import STORE_URL, Worker, send_scores

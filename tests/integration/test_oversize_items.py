@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from contracts.records import REJECTED
+from contracts.record_models import REJECTED
 from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import wait_for_value
 from tests.integration.worker_harness import (

@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from contracts import AttributionResult, input_hash
-from contracts.records import NONDETERMINISM, REJECTED, SCORED
+from contracts.record_models import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import BASE_MESSAGE, EXAMPLES, ROOT
 from tests.integration.worker_harness import (
     PRIORITY_SEP,
@@ -40,10 +40,10 @@ from tests.integration.worker_harness import (
 from worker.cli import main
 from worker.cli.exit_codes import INVALID, OK
 from worker.constants import SCORE, SCORE_BATCH
+from worker.human_counts import counted
 from worker.runtime.consumer import ENVELOPE_BYTES
 from worker.stores.redis import RedisStore
 from worker.upstream.publishing import BATCH_ENVELOPE_BYTES
-from worker.wording import counted
 
 pytestmark = pytest.mark.integration
 

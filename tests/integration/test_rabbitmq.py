@@ -22,7 +22,7 @@ from kombu import Connection, Exchange
 from kombu import Queue as KombuQueue
 from kombu.exceptions import OperationalError
 
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import (
     AMQP_URL,

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from contracts import AttributionResult, input_hash
-from contracts.records import NONDETERMINISM, REJECTED, SCORED
+from contracts.record_models import NONDETERMINISM, REJECTED, SCORED
 from tests.conftest import EXAMPLES, ROOT
 from tests.factories import procfile_worker, without_progress
 from tests.integration.worker_harness import REDIS_PORT, Launcher, Worker

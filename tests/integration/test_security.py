@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.conftest import BASE_MESSAGE
 from tests.integration.conftest import check_redis
 from tests.integration.worker_harness import BROKER_URL as PLAIN_BROKER_URL

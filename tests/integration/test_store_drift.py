@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from contracts import Alert, Attempt
-from contracts.records import ContractDriftAlert
+from contracts.record_models import ContractDriftAlert
 from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.integration.store_factories import CLUSTER, REDIS, StoreFactory, store_factory

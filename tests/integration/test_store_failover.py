@@ -26,7 +26,7 @@ import redis
 from celery import Celery
 
 from contracts import AttributionResult
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.integration import worker_harness
 from tests.integration.fault_helpers import MessageFactory, all_scored, distinct, wait_for_value
 from tests.integration.fault_proxy import FaultProxy

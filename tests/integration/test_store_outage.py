@@ -23,7 +23,7 @@ import redis
 from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
 
-from contracts.records import NONDETERMINISM, SCORED
+from contracts.record_models import NONDETERMINISM, SCORED
 from tests.integration import worker_harness
 from tests.integration.worker_harness import (
     RedisServer,

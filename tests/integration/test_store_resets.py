@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from contracts.records import NONDETERMINISM, SCORED
+from contracts.record_models import NONDETERMINISM, SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.worker_harness import BROKER_URL, RedisServer, Worker, hash_of

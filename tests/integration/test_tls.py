@@ -27,7 +27,7 @@ import redis
 from celery import Celery
 from kombu import Connection, pools
 
-from contracts.records import SCORED
+from contracts.record_models import SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import (
     AMQP_URL,

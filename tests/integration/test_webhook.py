@@ -21,7 +21,7 @@ import pytest
 from celery import Celery
 
 from contracts import Alert
-from contracts.records import NONDETERMINISM, SCORED
+from contracts.record_models import NONDETERMINISM, SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import (
     Worker,
@@ -29,7 +29,7 @@ from tests.integration.worker_harness import (
     hash_of,
     send_scores,
 )
-from worker.pipeline.alerts import JOIN_GRACE_SECONDS, SOURCE_OF_TRUTH, UNDELIVERED
+from worker.pipeline.alert_delivery import JOIN_GRACE_SECONDS, SOURCE_OF_TRUTH, UNDELIVERED
 from worker.settings import WEBHOOK_DRAIN_SECONDS
 from worker.stores.redis import RedisStore
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from celery import Celery
 
-from contracts.records import REJECTED
+from contracts.record_models import REJECTED
 from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import (
     MessageFactory,

@@ -16,7 +16,7 @@ import pytest
 import redis
 from celery import Celery
 
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.integration import redis_servers, worker_harness
 from tests.integration.fault_helpers import MessageFactory, all_scored, distinct, wait_for_value
 from tests.integration.redis_servers import ReplicatedRedis

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.conftest import BASE_MESSAGE
 from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import MessageFactory

@@ -21,7 +21,7 @@ import redis
 from celery import Celery
 from kombu import Connection, Queue
 
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.integration import worker_harness as harness
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.worker_harness import (

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from contracts.records import SCORED
+from contracts.record_models import SCORED
 from tests.conftest import BASE_MESSAGE
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import Worker, hash_of, send_scores

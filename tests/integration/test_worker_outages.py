@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.conftest import EXAMPLES
 from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import MessageFactory, all_scored, distinct, wait_for_value

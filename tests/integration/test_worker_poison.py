@@ -18,7 +18,7 @@ import pytest
 import redis
 from celery import Celery
 
-from contracts.records import NONDETERMINISM, REJECTED, SCORED
+from contracts.record_models import NONDETERMINISM, REJECTED, SCORED
 from tests.factories import TWO_THIRDS_REASON
 from tests.integration.conftest import check_redis
 from tests.integration.fault_helpers import MessageFactory, wait_for_value

@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 
 from contracts import Alert, ContractDriftAlert
-from contracts.records import CONTRACT_DRIFT, NONDETERMINISM
+from contracts.record_models import CONTRACT_DRIFT, NONDETERMINISM
 from tests.factories import ONE_THIRD_REASON, TWO_THIRDS_REASON
 from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import MessageFactory, distinct

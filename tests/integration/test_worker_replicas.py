@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from contracts.records import SCORED
+from contracts.record_models import SCORED
 from tests.integration import redis_servers, worker_harness
 from tests.integration.fault_helpers import MessageFactory, all_scored, distinct, wait_for_value
 from tests.integration.redis_servers import ReplicatedRedis

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from contracts.records import SCORED
+from contracts.record_models import SCORED
 from tests.integration import worker_harness
 from tests.integration.worker_harness import RedisServer, Worker, hash_of, send_scores
 from worker.stores.redis import RedisStore

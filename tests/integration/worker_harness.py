@@ -28,7 +28,7 @@ from celery import Celery
 from kombu import Connection
 
 from contracts import AttributionResult, input_hash
-from contracts.records import REJECTED, SCORED
+from contracts.record_models import REJECTED, SCORED
 from tests.integration.fault_proxy import FaultProxy
 from tests.servers import redis_port
 from worker.bench.launch import worker_command

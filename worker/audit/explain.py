@@ -13,7 +13,7 @@ from typing import Final
 from contracts import Attempt, Decision, Policy
 from contracts.drift import Drift
 from contracts.judging import Judgement, judge_kept
-from contracts.records import KeptCitation
+from contracts.record_models import KeptCitation
 from contracts.triage import Finding, FindingName, review_note
 from worker.stores.base import History, classify
 

@@ -36,7 +36,7 @@ from worker.cli import (
 from worker.cli.common import PROG
 from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
 from worker.errors import ConfigurationError, InputError, StoreBusy, TransientError
-from worker.usage import HelpfulParser
+from worker.usage_errors import HelpfulParser
 
 if TYPE_CHECKING:
     from worker.settings import Settings

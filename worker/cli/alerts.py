@@ -12,7 +12,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from contracts.records import AlertKind, AnyAlert, ContractDriftAlert
+from contracts.record_models import AlertKind, AnyAlert, ContractDriftAlert
 from worker.cli.common import (
     add_store_option,
     describe,

@@ -27,8 +27,8 @@ from worker.cli.common import (
 from worker.cli.compare import invalid_note, judged_rows
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings, display_path, masked_url
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts.calibration import SheetRow

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Final
 from worker.cli.common import dumps_line
 from worker.cli.exit_codes import OK, POLICY_FAILURE
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import display_path
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts.agreement import CandidateAgreement, Recommendation

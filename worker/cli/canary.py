@@ -16,8 +16,8 @@ from worker.cli.common import (
 )
 from worker.cli.exit_codes import NONDETERMINISM, OK
 from worker.cli.output import located
+from worker.human_counts import counted
 from worker.settings import Settings
-from worker.wording import counted
 
 DEFAULT_SAMPLE = 1000
 

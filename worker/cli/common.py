@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.errors import ConfigurationError
+from worker.human_counts import counted
 from worker.settings import display_path
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts import Policy

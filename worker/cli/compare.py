@@ -26,8 +26,8 @@ from worker.cli.common import (
 )
 from worker.cli.exit_codes import OK, POLICY_FAILURE
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings, display_path
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts import Attempt, Policy
@@ -230,7 +230,7 @@ def store_rows(store: Any, policy: Policy, cases: Collection[str] = ()) -> Itera
 def _judged(
     input_hash: str, first: Attempt, policy: Policy, *, case_id: str | None = None
 ) -> JudgedRow:
-    from worker.audit.records import row_of
+    from worker.audit.record_rows import row_of
 
     return judged_row(
         row_of(input_hash, first, policy),

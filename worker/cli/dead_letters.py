@@ -24,10 +24,10 @@ from worker.cli.common import (
 from worker.cli.exit_codes import OK
 from worker.cli.output import JSONL, TABLE, Table, add_format_options, chosen_format, located
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings
 from worker.stores import ResultStore
-from worker.usage import HelpfulParser
-from worker.wording import counted
+from worker.usage_errors import HelpfulParser
 
 NAME = "dead-letters"
 LETTER_ID = utf8_text("letter IDs")

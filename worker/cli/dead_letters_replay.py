@@ -30,11 +30,11 @@ from worker.cli.common import (
 from worker.cli.exit_codes import INVALID, OK, UNRECORDED
 from worker.cli.output import located
 from worker.errors import ConfigurationError, InputError
+from worker.human_counts import counted
 from worker.pipeline.scoring import Delivery
 from worker.settings import Settings
 from worker.stores import DeadLetter
 from worker.stores import describe as describe_store
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from celery import Celery

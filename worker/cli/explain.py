@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from contracts.drift import Drift
-from contracts.records import ContractDriftAlert
+from contracts.record_models import ContractDriftAlert
 from worker.audit.explain import conflicting, explain, judgement_of
 from worker.cli.common import (
     add_baseline_policy_option,

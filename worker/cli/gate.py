@@ -34,8 +34,8 @@ from worker.cli.output import (
 )
 from worker.cli.progress import over_input
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from contracts import AttributionResult, Policy, ReleaseRow

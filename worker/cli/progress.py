@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
-from worker.wording import counted
+from worker.human_counts import counted
 
 if TYPE_CHECKING:
     from worker.cli.inputs import JsonLines

@@ -26,8 +26,8 @@ from worker.cli.inputs import JsonLines
 from worker.cli.output import located
 from worker.cli.progress import over_input
 from worker.errors import ConfigurationError, InputError, TransientError
+from worker.human_counts import counted
 from worker.settings import REDIS_URL_HINT, Settings, masked_url
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from worker.upstream.publishing import Published

@@ -20,8 +20,8 @@ from worker.cli.common import (
 )
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.cli.output import located
+from worker.human_counts import counted
 from worker.settings import Settings
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from worker.stores import Ledger, LedgerEntry

@@ -34,8 +34,8 @@ from worker.cli.output import (
     located,
 )
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings
-from worker.wording import counted
 
 FORMATS = (TABLE, JSONL, CSV)
 COLUMNS = ("case", "status", "value", "owner", "missing IDs", "recorded at")
@@ -109,7 +109,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.audit.records import FIELDS, RecordQuery, Selection, csv_cells
+    from worker.audit.record_rows import FIELDS, RecordQuery, Selection, csv_cells
     from worker.audit.safe_csv import SafeWriter
 
     if args.since is not None and args.until is not None and args.until <= args.since:

@@ -136,8 +136,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def _store_report(args: argparse.Namespace, settings: Settings) -> tuple[str, Report]:
     """The report of a store: its first outcomes as `records` rows (one per input hash) and
     its kept alerts, fed to the record file's aggregation as the lines a file would give."""
-    from worker.audit.records import RecordQuery, Selection, report_lines
-    from worker.audit.stability import StoreStability, with_histories
+    from worker.audit.record_rows import RecordQuery, Selection, report_lines
+    from worker.audit.stability_sources import StoreStability, with_histories
     from worker.report.aggregate import build_report
     from worker.report.graders import grader_reports
     from worker.stores import describe as describe_store

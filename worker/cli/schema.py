@@ -11,8 +11,8 @@ from typing import Any
 from worker.cli.common import describe, nonempty
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings, display_path
-from worker.wording import counted
 
 
 def register(commands: Any) -> None:

@@ -34,11 +34,11 @@ from worker.cli.output import (
 )
 from worker.cli.progress import Progress, over_input, process_elapsed
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.pipeline.scoring import Delivery
-from worker.runtime import collector
+from worker.runtime import gc_tuning
 from worker.settings import Settings, masked_url
 from worker.stores import describe as describe_store
-from worker.wording import counted
 
 if TYPE_CHECKING:
     from worker.pipeline.service import Service
@@ -80,8 +80,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         service = Service.open(settings, store_url=url, policy=policy)
         store_name = describe_store(service.store, url)
         # The start-up heap frozen, as the worker's pool freezes it, and young collections
-        # rare (worker/runtime/collector.py). Undone after, for a caller in-process.
-        thresholds = collector.settle()
+        # rare (worker/runtime/gc_tuning.py). Undone after, for a caller in-process.
+        thresholds = gc_tuning.settle()
         try:
             with HeldInterrupt() as held:
                 score_lines(
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
             return INTERRUPTED
         finally:
-            collector.restore(thresholds)
+            gc_tuning.restore(thresholds)
             service.close()
     progress.finish()
     if tally.total == 0:

@@ -22,9 +22,9 @@ from worker.cli.common import (
 from worker.cli.exit_codes import OK
 from worker.cli.output import located
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings
 from worker.stores import History
-from worker.wording import counted
 
 HASH_FORM = "an input hash is 64 lowercase hex digits, as in a record's input_hash"
 _HISTORIES: TypeAdapter[list[History]] = TypeAdapter(list[History])

@@ -20,11 +20,11 @@ from worker.cli.common import (
 )
 from worker.cli.exit_codes import NONDETERMINISM, OK
 from worker.errors import InputError
+from worker.human_counts import counted
 from worker.settings import Settings
-from worker.wording import counted
 
 if TYPE_CHECKING:
-    from contracts.stability import GraderStability
+    from contracts.grader_stability import GraderStability
 
 
 def register(commands: Any) -> None:
@@ -73,7 +73,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.audit.stability import records_stability, store_stability
+    from worker.audit.stability_sources import records_stability, store_stability
     from worker.report.graders import GraderReport, grader_line
 
     if args.records is not None:

@@ -22,7 +22,7 @@ import orjson
 import structlog
 
 from contracts import ScoreRecord
-from contracts.records import ALERT_EVENTS, AnyAlert, ContractDriftAlert, iso_utc
+from contracts.record_models import ALERT_EVENTS, AnyAlert, ContractDriftAlert, iso_utc
 from contracts.triage import findings_json
 
 # `X as X`: re-exported (PEP 484), so callers that took these names from here still can.

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from contracts.metric import METRIC_NAME
-from contracts.records import REJECTED, ScoreRecord
+from contracts.record_models import REJECTED, ScoreRecord
 from worker.constants import LOGGER_NAME, SERVICE_NAME
 
 if TYPE_CHECKING:

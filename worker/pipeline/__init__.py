@@ -1,2 +1,2 @@
-"""The per-message pipeline: a body in, its record out (intake, scoring, the service, alerts,
-redaction)."""
+"""The per-message pipeline: a body in, its record out (intake, scoring, the service, the
+alerts' ERROR lines and webhook in alert_delivery, redaction)."""

@@ -26,7 +26,7 @@ from contracts import (
     judging,
 )
 from contracts.policy import INVALID_OWNER, previous_rule
-from contracts.records import REJECTED, ContractDriftAlert, KeptCitation, scored_fields
+from contracts.record_models import REJECTED, ContractDriftAlert, KeptCitation, scored_fields
 from contracts.trace_ids import checked_trace_id
 from contracts.triage import Triage, row_owner
 from contracts.trusted import trusted

@@ -16,13 +16,13 @@ from typing import Any
 import structlog
 
 from contracts import Policy, input_hash
-from contracts.records import REJECTED
+from contracts.record_models import REJECTED
 from worker.errors import InputError, TransientError
 from worker.observability import telemetry
 from worker.observability.logging import get_logger
 from worker.observability.metrics import Metrics
 from worker.observability.structlog_lines import RecordLines
-from worker.pipeline.alerts import AlertSink, WebhookSender
+from worker.pipeline.alert_delivery import AlertSink, WebhookSender
 from worker.pipeline.intake import Body, CutBody, admit, body_text
 from worker.pipeline.redaction import logged_text
 from worker.pipeline.scoring import (

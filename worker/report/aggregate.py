@@ -28,12 +28,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.grader_stability import GraderId, Judged, StabilityTally
 from contracts.messages import UtcDatetime
 from contracts.outcomes import CacheOutcome, Owner, Status
-from contracts.records import AlertKind
-from contracts.stability import GraderId, Judged, StabilityTally
+from contracts.record_models import AlertKind
 from worker.pipeline.intake import describe_validation_error
-from worker.report.alerts import (
+from worker.report.alert_places import (
     KIND_OF_EVENT,
     MAX_ALERT_HASHES_SHOWN,
     AlertHash,
@@ -44,7 +44,7 @@ from worker.report.alerts import (
     alert_hashes,
     place_alerts,
 )
-from worker.report.calibration import Calibration, CalibrationTally
+from worker.report.calibration_section import Calibration, CalibrationTally
 from worker.report.days import (
     DEFAULT_TIME_FIELD,
     DayReport,
@@ -289,7 +289,7 @@ class Report(ReportModel):
     span: Span
     # Per grader, least stable first (SPEC §10; worker/report/graders.py).
     graders: list[GraderReport] = Field(default_factory=list)
-    # Review rows and observation windows (SPEC §12; worker/report/calibration.py): absent,
+    # Review rows and observation windows (SPEC §12; worker/report/calibration_section.py): absent,
     # not null, when no record has either.
     calibration: Calibration | None = Field(default=None, exclude_if=lambda value: value is None)
 

@@ -17,9 +17,9 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict
 
 from contracts.messages import as_utc
-from contracts.records import AlertKind
+from contracts.record_models import AlertKind
+from worker.human_counts import counted, number
 from worker.report.tally import ValueTally
-from worker.wording import counted, number
 
 TimeField = Literal["recorded_at", "produced_at"]
 TIME_FIELDS: Final[tuple[TimeField, ...]] = ("recorded_at", "produced_at")

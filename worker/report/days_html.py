@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from html import escape
 
+from worker.human_counts import counted, number
 from worker.report.days import DAY_COLUMNS, WHY_UNDATED, DayReport, Span, day_cells
 from worker.report.html_table import table, td
-from worker.wording import counted, number
 
 WIDTH, LEFT, RIGHT = 760, 44, 16
 MEAN_TOP, MEAN_HEIGHT = 16, 120

@@ -8,9 +8,9 @@ from html import escape
 
 from pydantic import BaseModel, ConfigDict
 
-from contracts.stability import GraderStability, least_stable_first
+from contracts.grader_stability import GraderStability, least_stable_first
+from worker.human_counts import counted
 from worker.report.html_table import table, td
-from worker.wording import counted
 
 # The bar's drawing: the rate axis 0..1 over BAR_WIDTH px, after BAR_LEFT px of margin.
 BAR_LEFT, BAR_WIDTH, BAR_HEIGHT = 4, 200, 16

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
-from contracts.records import iso_utc
+from contracts.record_models import iso_utc
+from worker.human_counts import counted, number
 from worker.report.aggregate import (
     BINS,
     OWNERS,
@@ -14,9 +15,9 @@ from worker.report.aggregate import (
     Report,
     VersionReport,
 )
-from worker.report.alerts import inspect_commands
-from worker.report.calibration import STYLE as CALIBRATION_STYLE
-from worker.report.calibration import calibration_html
+from worker.report.alert_places import inspect_commands
+from worker.report.calibration_section import STYLE as CALIBRATION_STYLE
+from worker.report.calibration_section import calibration_html
 from worker.report.days import span_line
 from worker.report.days_html import STYLE as DAYS_STYLE
 from worker.report.days_html import days_section
@@ -35,7 +36,6 @@ from worker.report.text import (
     threshold_label,
     triage_note,
 )
-from worker.wording import counted, number
 
 # About the page's width (80rem: room for the alerts table's 64-digit hashes); the chart
 # scales with the page (CSS width 100%), its text too.

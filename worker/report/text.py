@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from worker.human_counts import counted, number
 from worker.report.aggregate import (
     CACHE_OUTCOMES,
     NO_GROUP_LABEL,
@@ -16,12 +17,11 @@ from worker.report.aggregate import (
     Report,
     VersionReport,
 )
-from worker.report.alerts import alert_hash_lines
-from worker.report.calibration import calibration_text
+from worker.report.alert_places import alert_hash_lines
+from worker.report.calibration_section import calibration_text
 from worker.report.days import days_text, span_line
 from worker.report.graders import graders_text
 from worker.report.reasons import reason_note
-from worker.wording import counted, number
 
 
 def group_label(group: str | None) -> str:

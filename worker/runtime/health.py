@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.constants import EMPTY_FILE_PROBLEM, HEARTBEAT_FILE_ENV
-from worker.usage import HelpfulParser
+from worker.usage_errors import HelpfulParser
 
 PROG = "evidence-worker health"
 DEFAULT_MAX_AGE_SECONDS = 60.0

@@ -20,7 +20,7 @@ from celery import signals
 
 from worker.errors import ConfigurationError
 from worker.observability import metrics, telemetry
-from worker.runtime import collector, kombu_json, termination
+from worker.runtime import gc_tuning, kombu_json, termination
 
 if TYPE_CHECKING:
     from celery.utils.dispatch import Signal
@@ -66,9 +66,9 @@ def _handlers(app: EvidenceApp) -> list[tuple[Signal, Callable[..., None]]]:
 
     def space_out_collections_in_pool_process(**_: Any) -> None:
         # Not in the main process, where the solo pool sends this too: Celery's own loop
-        # there makes many cycles (worker/runtime/collector.py).
+        # there makes many cycles (worker/runtime/gc_tuning.py).
         if current_process().name != "MainProcess":
-            collector.space_out()
+            gc_tuning.space_out()
 
     def close_service(pid: int | None = None, **_: Any) -> None:
         app.close_service()

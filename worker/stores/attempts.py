@@ -35,7 +35,7 @@ from pydantic_core import to_json
 
 from contracts import Alert, Attempt
 from contracts.outcomes import value_json
-from contracts.records import KeptCitation
+from contracts.record_models import KeptCitation
 from contracts.triage import Finding
 from worker.stores.base import outcome_json
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome, value_json
-from contracts.records import AlertKind, AnyAlert, ContractDriftAlert
+from contracts.record_models import AlertKind, AnyAlert, ContractDriftAlert
 from worker.stores.ledger import Leases, Ledger
 
 

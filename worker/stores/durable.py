@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from contracts import Attempt
-from contracts.records import AnyAlert
+from contracts.record_models import AnyAlert
 from worker.errors import TransientError
 from worker.stores.base import (
     DeadLetter,

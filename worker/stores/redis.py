@@ -16,7 +16,7 @@ from redis.exceptions import NoScriptError
 
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
-from contracts.records import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
+from contracts.record_models import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
 from worker.errors import ConfigurationError, StoreBusy, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import (

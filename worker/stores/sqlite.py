@@ -13,7 +13,7 @@ from typing import cast
 
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
-from contracts.records import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
+from contracts.record_models import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
 from worker.errors import ConfigurationError
 from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS
 from worker.stores.attempts import (

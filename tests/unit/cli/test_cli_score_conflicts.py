@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from contracts.records import CONTRACT_DRIFT
+from contracts.record_models import CONTRACT_DRIFT
 from tests.conftest import CITED_SUPPORTED, Run
 from tests.unit.cli.factories import TWO_THIRDS, assert_published_shapes, hash_of
 

@@ -15,7 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from contracts import AttributionResult
-from contracts.records import NONDETERMINISM
+from contracts.record_models import NONDETERMINISM
 from tests.conftest import FIXED_NOW, ROOT
 from tests.ecs import ecs_conflicts, leaves
 from worker.errors import ConfigurationError

@@ -15,7 +15,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from contracts import METRIC_VERSION, RAGAS_VERSION, Alert, AlertRecord, Attempt, CoverageRecord
-from contracts.records import ScoreRecord
+from contracts.record_models import ScoreRecord
 from tests import factories
 from worker.observability.logging import (
     PER_MESSAGE_LOGGERS,

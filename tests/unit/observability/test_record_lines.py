@@ -13,7 +13,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from contracts.records import ScoreRecord
+from contracts.record_models import ScoreRecord
 from tests.unit.observability.test_logging import score_record
 from worker.observability.logging import RAW_TEXT_FIELDS, configure_logging
 from worker.observability.structlog_lines import PIPE_BUF, RecordLines
@@ -134,7 +134,7 @@ def test_a_records_alert_lines_follow_its_own_line() -> None:
     import fakeredis
 
     from contracts import AttributionResult
-    from worker.pipeline.alerts import AlertSink
+    from worker.pipeline.alert_delivery import AlertSink
     from worker.pipeline.scoring import Delivery
     from worker.pipeline.service import Service
     from worker.settings import Settings

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from contracts.records import ScoreRecord
+from contracts.record_models import ScoreRecord
 from tests import factories
 from tests.conftest import FIXED_NOW
 from worker.observability import telemetry

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from contracts import Attempt, AttributionResult, Policy, ScoreRecord
 from contracts.policy import PolicyGroup
-from contracts.records import KeptCitation
+from contracts.record_models import KeptCitation
 from contracts.triage import Finding
 from tests.unit.contracts.test_trusted import same_as_validated
 from worker.bench.drain import sample_messages

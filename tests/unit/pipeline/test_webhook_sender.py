@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from worker.pipeline.alerts import SOURCE_OF_TRUTH, WebhookSender
+from worker.pipeline.alert_delivery import SOURCE_OF_TRUTH, WebhookSender
 
 
 class RecordingHandler(http.server.BaseHTTPRequestHandler):

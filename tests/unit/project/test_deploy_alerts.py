@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from contracts.records import CONTRACT_DRIFT, NONDETERMINISM
+from contracts.record_models import CONTRACT_DRIFT, NONDETERMINISM
 from tests.conftest import ROOT
 from tests.unit.project.deploy_files import DEPLOY, yaml_documents
 from worker.cli import COMMANDS

@@ -43,7 +43,7 @@ def named(part: str, text: str) -> bool:
 
 @pytest.mark.parametrize("part", [part for package in PACKAGES for part in parts(package)])
 def test_the_layout_page_names_each_package_and_top_level_module(part: str) -> None:
-    """The page names the package or module (`worker/usage.py`, `worker/stores/`)."""
+    """The page names the package or module (`worker/usage_errors.py`, `worker/stores/`)."""
     assert named(part, LAYOUT.read_text(encoding="utf-8")), f"docs/layout.md leaves out {part}"
 
 
@@ -59,5 +59,5 @@ def test_a_part_the_page_leaves_out_fails() -> None:
     """A page without one of them does not pass: the check reads what the page says."""
     text = LAYOUT.read_text(encoding="utf-8")
 
-    assert not named("worker/usage.py", text.replace("`worker/usage.py`", "usage"))
+    assert not named("worker/usage_errors.py", text.replace("`worker/usage_errors.py`", "usage"))
     assert not named("contracts/drift.py", text.replace("drift.py ", "other "))

@@ -28,7 +28,7 @@ from tests.unit.report.factories import (
 )
 from worker.cli import main
 from worker.report.aggregate import Report, build_report
-from worker.report.alerts import AlertHash
+from worker.report.alert_places import AlertHash
 from worker.report.html import render_html
 from worker.report.text import render_text
 

@@ -16,7 +16,7 @@ from tests.unit.runtime.task_runs import (
     FlakyStore,
 )
 from worker.observability.logging import get_logger
-from worker.pipeline.alerts import AlertSink
+from worker.pipeline.alert_delivery import AlertSink
 from worker.pipeline.service import Service
 from worker.runtime import tasks
 from worker.settings import Settings

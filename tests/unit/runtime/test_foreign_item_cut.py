@@ -14,7 +14,7 @@ import pytest
 from kombu.transport import redis as kombu_redis
 
 from tests.conftest import FIXED_NOW
-from worker.pipeline.alerts import AlertSink
+from worker.pipeline.alert_delivery import AlertSink
 from worker.pipeline.intake import CutBody
 from worker.pipeline.scoring import Delivery
 from worker.pipeline.service import Service

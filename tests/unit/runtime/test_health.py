@@ -347,7 +347,7 @@ def test_console_script_runs_health_importing_only_the_standard_library(tmp_path
 
     assert result.stdout.splitlines()[-1] == (
         "0 ['worker', 'worker.constants', 'worker.entrypoint', 'worker.runtime', "
-        "'worker.runtime.health', 'worker.usage']"
+        "'worker.runtime.health', 'worker.usage_errors']"
     )
 
 

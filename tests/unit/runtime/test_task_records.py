@@ -28,7 +28,7 @@ from tests.unit.runtime.task_runs import (
     scored_entry,
     without_duration,
 )
-from worker.pipeline.alerts import AlertSink, WebhookSender
+from worker.pipeline.alert_delivery import AlertSink, WebhookSender
 from worker.pipeline.service import Service
 from worker.settings import Settings
 

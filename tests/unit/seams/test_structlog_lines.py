@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import structlog
 
-from contracts.records import REJECTED, ScoreRecord
+from contracts.record_models import REJECTED, ScoreRecord
 from contracts.triage import Finding
 from tests.unit.observability.test_logging import score_record
 from worker.observability import logging as worker_logging

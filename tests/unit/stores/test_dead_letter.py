@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 
 from tests.conftest import FIXED_NOW
-from worker.pipeline.alerts import AlertSink
+from worker.pipeline.alert_delivery import AlertSink
 from worker.pipeline.scoring import Delivery
 from worker.pipeline.service import Service
 from worker.settings import DEAD_LETTER_MAX_BYTES, Settings

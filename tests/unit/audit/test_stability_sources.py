@@ -12,11 +12,11 @@ import fakeredis
 import pytest
 
 from contracts import AttributionResult
-from contracts.stability import GraderId, GraderStability, least_stable_first
+from contracts.grader_stability import GraderId, GraderStability, least_stable_first
 from tests import factories
 from tests.conftest import FIXED_NOW
-from worker.audit import stability as stability_module
-from worker.audit.stability import Stability, records_stability, store_stability
+from worker.audit import stability_sources
+from worker.audit.stability_sources import Stability, records_stability, store_stability
 from worker.pipeline.scoring import process
 from worker.stores import OutcomeStore
 from worker.stores.redis import RedisStore
@@ -234,7 +234,7 @@ def test_a_store_s_histories_are_read_a_page_at_a_time(
         return read(input_hashes)
 
     monkeypatch.setattr(store, "histories", counted)
-    monkeypatch.setattr(stability_module, "HISTORY_PAGE", 2)
+    monkeypatch.setattr(stability_sources, "HISTORY_PAGE", 2)
 
     assert store_stability(store) == whole == Stability([GraderStability(OLD, 5, 1, 1)])
     assert [len(page) for page in pages] == [2, 2, 1]

@@ -19,7 +19,7 @@ from typing import Final, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from contracts.messages import as_utc
-from contracts.records import CONTRACT_DRIFT, NONDETERMINISM, AlertKind
+from contracts.record_models import CONTRACT_DRIFT, NONDETERMINISM, AlertKind
 
 MAX_ALERT_HASHES_SHOWN = 50
 KIND_OF_EVENT: Final[dict[str, AlertKind]] = {

@@ -1,6 +1,6 @@
-"""contracts.stability: per grader, inputs, re-grades and flips counted by the stores' notion of
-"same outcome", and the 95% Wilson interval of the flip rate, pinned and checked against
-statsmodels (SPEC §10)."""
+"""contracts.grader_stability: per grader, inputs, re-grades and flips counted by the stores'
+notion of "same outcome", and the 95% Wilson interval of the flip rate, pinned and checked
+against statsmodels (SPEC §10)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from statsmodels.stats.proportion import proportion_confint
 
-from contracts.outcomes import Outcome
-from contracts.stability import (
+from contracts.grader_stability import (
     WILSON_Z,
     GraderId,
     GraderStability,
@@ -23,6 +22,7 @@ from contracts.stability import (
     same_outcome,
     wilson_interval,
 )
+from contracts.outcomes import Outcome
 from tests.conftest import BASE_MESSAGE
 from tests.factories import attempt
 from worker.stores.base import classify

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.wording import counted, number
+from worker.human_counts import counted, number
 
 
 @pytest.mark.parametrize(

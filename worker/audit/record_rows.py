@@ -20,7 +20,7 @@ from typing import Any, Final
 from contracts import Attempt, Policy
 from contracts.judging import judge_kept
 from contracts.outcomes import Owner, Status
-from contracts.records import ALERT_EVENTS, AnyAlert, iso_utc, scored_fields
+from contracts.record_models import ALERT_EVENTS, AnyAlert, iso_utc, scored_fields
 from contracts.triage import FindingName, findings_json
 
 # A row's fields, in the record line's order; the CSV columns are these.
@@ -57,7 +57,7 @@ def row_of(
     input_hash: str, first: Attempt, policy: Policy | None, previous: Policy | None = None
 ) -> dict[str, Any]:
     """The record row of one first outcome, decided under `policy` (None: report-only): the
-    fields of its record line (contracts.records.scored_fields) that a store keeps.
+    fields of its record line (contracts.record_models.scored_fields) that a store keeps.
 
     `previous`: the previous rule of the policy's open observation window (SPEC §12): the row
     is decided under it too, carries its version and status (previous_policy_version,

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from contracts import METRIC_VERSION, RAGAS_VERSION, Alert, Attempt, parse_policy
-from contracts.records import ContractDriftAlert
+from contracts.record_models import ContractDriftAlert
 from contracts.triage import Finding
 from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.factories import TWO_THIRDS_REASON
-from worker.audit.records import (
+from worker.audit.record_rows import (
     FIELDS,
     RecordQuery,
     Selection,

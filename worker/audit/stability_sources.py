@@ -1,5 +1,5 @@
-"""`stability` and the report's Graders section: contracts.stability's tally fed from a store's
-histories or from record lines (SPEC §10).
+"""`stability` and the report's Graders section: contracts.grader_stability's tally fed from
+its two sources, a store's histories or record lines (SPEC §10).
 
 A window (`since`) selects attempts, never moves the reference: each attempt recorded at or
 after it is compared with its hash's first outcome, wherever that first lies in time. An
@@ -17,14 +17,14 @@ from itertools import islice
 from typing import Any, NamedTuple
 
 from contracts import Attempt
-from contracts.records import SCORED
-from contracts.stability import (
+from contracts.grader_stability import (
     GraderId,
     GraderStability,
     StabilityTally,
     least_stable_first,
     outcome_key,
 )
+from contracts.record_models import SCORED
 from worker.stores import OutcomeStore
 from worker.stores.base import History
 

@@ -1,4 +1,4 @@
-"""The collector settings of a scoring process (worker/runtime/collector.py)."""
+"""The collector settings of a scoring process (worker/runtime/gc_tuning.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from worker.runtime import signals
 from worker.runtime.celery_app import create_app
-from worker.runtime.collector import OLDER_THRESHOLDS, YOUNG_THRESHOLD, restore, settle
+from worker.runtime.gc_tuning import OLDER_THRESHOLDS, YOUNG_THRESHOLD, restore, settle
 from worker.settings import Settings
 
 

@@ -11,8 +11,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from worker.human_counts import counted, number
 from worker.report.html_table import table, td
-from worker.wording import counted, number
 
 STYLE = """
 table.review-rows td:nth-child(-n+2), table.review-rows th:nth-child(-n+2) { text-align: left; }

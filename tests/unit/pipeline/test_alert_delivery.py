@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from contracts import Alert
 from tests import factories
 from tests.conftest import FIXED_NOW
-from worker.pipeline.alerts import (
+from worker.pipeline.alert_delivery import (
     JOIN_GRACE_SECONDS,
     SOURCE_OF_TRUTH,
     UNDELIVERED,

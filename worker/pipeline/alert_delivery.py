@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from contracts.records import ALERT_EVENTS, AnyAlert
+from contracts.record_models import ALERT_EVENTS, AnyAlert
 from worker.observability.logging import alert_fields, emit_alert, get_logger
 from worker.settings import WEBHOOK_DEADLINE_SECONDS, WEBHOOK_DRAIN_SECONDS
 
