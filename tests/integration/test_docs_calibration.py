@@ -31,7 +31,7 @@ SHEETS = (
 )
 SWITCH = "--policy contracts/examples/policy-switch.toml"
 # Checkpoint 5's observation window ends on 2026-12-31: its commands run on the dates the page
-# names (the CLI's clock, worker.cli.common.utc_today, set in the process that runs them).
+# names (the CLI's clock, worker.cli.policy_options.utc_today, set in the process that runs them).
 OPEN, ENDED = date(2026, 12, 7), date(2027, 1, 4)
 # Every command of the page and its exit code (and the day it runs on, for the window), in order.
 WALK: list[tuple[str, int] | tuple[str, int, date]] = [
@@ -52,8 +52,8 @@ WALK: list[tuple[str, int] | tuple[str, int, date]] = [
 # Runs the CLI as the console script does, on a given day (-P: the directory, which holds a
 # contracts/ of examples, does not shadow the package).
 ON_DAY = (
-    "import datetime, sys; import worker.cli.common as common; "
-    "day = datetime.date.fromisoformat(sys.argv.pop(1)); common.utc_today = lambda: day; "
+    "import datetime, sys; import worker.cli.policy_options as options; "
+    "day = datetime.date.fromisoformat(sys.argv.pop(1)); options.utc_today = lambda: day; "
     "sys.argv[0] = 'evidence-worker'; from worker.entrypoint import run; run()"
 )
 BLOCK = re.compile(r"```(sh|text|csv)\n(.*?)```", re.DOTALL)

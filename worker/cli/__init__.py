@@ -1,6 +1,7 @@
 """`evidence-worker`: one module per command, each with `register(commands)` and `run(args,
 settings) -> exit code`. Exit codes per SPEC §7 (exit_codes.py); every user error is one line
-on stderr and exit 2, never a traceback."""
+on stderr and exit 2, never a traceback. What the commands share is in modules named for what
+they hold: arguments, policy_options, store_access, run_summary, inputs, progress, output."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from worker.cli import (
     show,
     stability,
 )
-from worker.cli.common import PROG
+from worker.cli.arguments import PROG
 from worker.cli.exit_codes import CLOSED_PIPE, INTERRUPTED, INVALID
 from worker.errors import ConfigurationError, InputError, StoreBusy, TransientError
 from worker.usage_errors import HelpfulParser

@@ -13,13 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, get_args
 
 from contracts.record_models import AlertKind, AnyAlert, ContractDriftAlert
-from worker.cli.common import (
-    add_store_option,
-    describe,
-    existing_store,
-    positive_int,
-    store_name,
-)
+from worker.cli.arguments import add_store_option, describe, positive_int
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK
 from worker.cli.output import (
     JSONL,
@@ -30,6 +24,7 @@ from worker.cli.output import (
     chosen_format,
     located,
 )
+from worker.cli.store_access import existing_store, store_name
 from worker.settings import Settings
 
 DEFAULT_LIMIT = 100

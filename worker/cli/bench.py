@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import describe, nonempty, positive_int
+from worker.cli.arguments import describe, nonempty, positive_int
 from worker.cli.exit_codes import OK
 from worker.errors import ConfigurationError, InputError
 from worker.settings import Settings, check_broker_url

@@ -13,19 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from worker.cli.arguments import PROG, STORE_URL, describe, nonempty, positive_int
 from worker.cli.calibrate_decisions import COLUMNS
-from worker.cli.common import (
-    PROG,
-    STORE_URL,
-    add_policy_options,
-    describe,
-    nonempty,
-    positive_int,
-    resolve_policy,
-    store_url,
-)
 from worker.cli.compare import invalid_note, judged_rows
 from worker.cli.exit_codes import OK
+from worker.cli.policy_options import add_policy_options, resolve_policy
+from worker.cli.store_access import store_url
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import Settings, display_path, masked_url

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from worker.cli.common import dumps_line
 from worker.cli.exit_codes import OK, POLICY_FAILURE
+from worker.cli.output import dumps_line
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import display_path

@@ -6,16 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from worker.cli.common import (
-    add_store_option,
-    describe,
-    dumps_line,
-    existing_store,
-    positive_int,
-    store_name,
-)
+from worker.cli.arguments import add_store_option, describe, positive_int
 from worker.cli.exit_codes import NONDETERMINISM, OK
-from worker.cli.output import located
+from worker.cli.output import dumps_line, located
+from worker.cli.store_access import existing_store, store_name
 from worker.human_counts import counted
 from worker.settings import Settings
 

@@ -14,17 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import (
-    STORE_URL,
-    add_policy_options,
-    describe,
-    dumps_line,
-    existing_store,
-    nonempty,
-    resolve_policy,
-    source_name,
-)
+from worker.cli.arguments import STORE_URL, describe, nonempty
 from worker.cli.exit_codes import OK, POLICY_FAILURE
+from worker.cli.inputs import source_name
+from worker.cli.output import dumps_line
+from worker.cli.policy_options import add_policy_options, resolve_policy
+from worker.cli.store_access import existing_store
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import Settings, display_path

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from worker.cli.common import PROG, describe
+from worker.cli.arguments import PROG, describe
 from worker.cli.exit_codes import OK
 from worker.settings import Settings
 

@@ -9,20 +9,26 @@ import sys
 from typing import Any
 
 from worker.cli.alerts import iso_time
-from worker.cli.common import (
+from worker.cli.arguments import (
     add_broker_option,
-    add_policy_options,
     add_store_option,
     describe,
-    dumps_line,
-    existing_store,
     positive_int,
-    store_url,
     utf8_text,
     with_broker,
 )
 from worker.cli.exit_codes import OK
-from worker.cli.output import JSONL, TABLE, Table, add_format_options, chosen_format, located
+from worker.cli.output import (
+    JSONL,
+    TABLE,
+    Table,
+    add_format_options,
+    chosen_format,
+    dumps_line,
+    located,
+)
+from worker.cli.policy_options import add_policy_options
+from worker.cli.store_access import existing_store, store_url
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import Settings

@@ -20,15 +20,11 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from worker.audit.letters import origin, replay_task_id
-from worker.cli.common import (
-    Tally,
-    dumps_line,
-    resolve_policy,
-    store_errors,
-    store_url,
-)
 from worker.cli.exit_codes import INVALID, OK, UNRECORDED
-from worker.cli.output import located
+from worker.cli.output import dumps_line, located
+from worker.cli.policy_options import resolve_policy
+from worker.cli.run_summary import Tally
+from worker.cli.store_access import store_errors, store_url
 from worker.errors import ConfigurationError, InputError
 from worker.human_counts import counted
 from worker.pipeline.scoring import Delivery

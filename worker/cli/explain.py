@@ -9,18 +9,17 @@ from typing import Any
 from contracts.drift import Drift
 from contracts.record_models import ContractDriftAlert
 from worker.audit.explain import conflicting, explain, judgement_of
-from worker.cli.common import (
-    add_baseline_policy_option,
-    add_policy_options,
-    describe,
-    existing_store,
-    previous_rule_today,
-    resolve_policy,
-    store_name,
-)
+from worker.cli.arguments import describe
 from worker.cli.exit_codes import INVALID, NONDETERMINISM, OK, POLICY_FAILURE
 from worker.cli.output import located
+from worker.cli.policy_options import (
+    add_baseline_policy_option,
+    add_policy_options,
+    previous_rule_today,
+    resolve_policy,
+)
 from worker.cli.show import add_lookup_arguments, no_hash_for_case, unknown_hash
+from worker.cli.store_access import existing_store, store_name
 from worker.settings import Settings
 from worker.stores import History, ResultStore
 

@@ -8,21 +8,8 @@ import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import (
-    Tally,
-    add_baseline_policy_option,
-    add_path,
-    add_policy_options,
-    add_store_option,
-    describe,
-    dumps_line,
-    existing_store,
-    previous_rule_today,
-    resolve_policy,
-    source_name,
-    store_name,
-)
-from worker.cli.inputs import JsonLines
+from worker.cli.arguments import add_path, add_store_option, describe
+from worker.cli.inputs import JsonLines, source_name
 from worker.cli.output import (
     GATE_COLUMNS,
     JSONL,
@@ -30,9 +17,18 @@ from worker.cli.output import (
     Table,
     add_format_options,
     chosen_format,
+    dumps_line,
     located,
 )
+from worker.cli.policy_options import (
+    add_baseline_policy_option,
+    add_policy_options,
+    previous_rule_today,
+    resolve_policy,
+)
 from worker.cli.progress import over_input
+from worker.cli.run_summary import Tally
+from worker.cli.store_access import existing_store, store_name
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import Settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from worker.cli.common import describe
+from worker.cli.arguments import describe
 from worker.runtime import health
 from worker.settings import Settings
 

@@ -1,4 +1,5 @@
-"""JSON-lines input for the one-process commands: numbered lines, clear errors, bytes kept raw."""
+"""JSON-lines input for the one-process commands: numbered lines, clear errors, bytes kept raw;
+and how messages name an input (source_name)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,8 @@ def _regular_file_size(handle: BinaryIO) -> int | None:
 def read_jsonl(path: str) -> Iterator[tuple[int, bytes]]:
     """Yield (1-based line number, line bytes) for the non-blank lines of PATH, or stdin."""
     return iter(JsonLines(path))
+
+
+def source_name(path: str) -> str:
+    """How messages name an input: '-' reads as stdin."""
+    return "stdin" if path == "-" else display_path(path)

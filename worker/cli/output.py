@@ -1,6 +1,6 @@
-"""What the commands print besides their rows' JSON, in one place: where a command read and
-wrote (`store …`, `broker …`, named alike in every summary line), the choice between a table
-and JSON lines (`--format`, `--quiet`), and the table itself.
+"""What the commands print, in one place: a row as one JSON line (dumps_line), where a
+command read and wrote (`store …`, `broker …`, named alike in every summary line), the choice
+between a table and JSON lines (`--format`, `--quiet`), and the table itself.
 
 The table is drawn with rich (a dependency of Ragas already, pinned in requirements.lock):
 it sizes columns to the terminal, cuts long cells with an ellipsis, and honours NO_COLOR and
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -202,3 +203,7 @@ class Discard(io.StringIO):
 
     def write(self, text: str) -> int:
         return len(text)
+
+
+def dumps_line(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.alerts import iso_time
-from worker.cli.common import add_store_option, describe, existing_store, store_url
+from worker.cli.arguments import add_store_option, describe
 from worker.cli.exit_codes import OK
 from worker.cli.output import located
+from worker.cli.store_access import existing_store, store_url
 from worker.errors import ConfigurationError
 from worker.settings import Settings
 

@@ -9,22 +9,21 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import (
+from worker.cli.arguments import (
     PROG,
     add_broker_option,
     add_path,
     add_worker_store_option,
     describe,
-    opened_store,
     positive_int,
     rate,
-    source_name,
     with_broker,
 )
 from worker.cli.exit_codes import INVALID, OK
-from worker.cli.inputs import JsonLines
+from worker.cli.inputs import JsonLines, source_name
 from worker.cli.output import located
 from worker.cli.progress import over_input
+from worker.cli.store_access import opened_store
 from worker.errors import ConfigurationError, InputError, TransientError
 from worker.human_counts import counted
 from worker.settings import REDIS_URL_HINT, Settings, masked_url

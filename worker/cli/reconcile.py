@@ -10,16 +10,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import (
-    add_broker_option,
-    add_worker_store_option,
-    describe,
-    dumps_line,
-    opened_store,
-    with_broker,
-)
+from worker.cli.arguments import add_broker_option, add_worker_store_option, describe, with_broker
 from worker.cli.exit_codes import OK, UNRECORDED
-from worker.cli.output import located
+from worker.cli.output import dumps_line, located
+from worker.cli.store_access import opened_store
 from worker.human_counts import counted
 from worker.settings import Settings
 

@@ -10,19 +10,7 @@ from typing import Any, get_args
 from contracts.outcomes import Owner, Status
 from contracts.triage import FindingName
 from worker.cli.alerts import iso_time
-from worker.cli.common import (
-    CASE_ID,
-    add_policy_options,
-    add_store_option,
-    describe,
-    dumps_line,
-    existing_store,
-    nonempty,
-    previous_rule_today,
-    resolve_policy,
-    store_name,
-    utf8_text,
-)
+from worker.cli.arguments import CASE_ID, add_store_option, describe, nonempty, utf8_text
 from worker.cli.exit_codes import OK
 from worker.cli.output import (
     CSV,
@@ -31,8 +19,11 @@ from worker.cli.output import (
     Table,
     add_format_options,
     chosen_format,
+    dumps_line,
     located,
 )
+from worker.cli.policy_options import add_policy_options, previous_rule_today, resolve_policy
+from worker.cli.store_access import existing_store, store_name
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import Settings

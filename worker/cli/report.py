@@ -8,18 +8,11 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import (
-    STORE_URL,
-    add_policy_options,
-    describe,
-    existing_store,
-    nonempty,
-    previous_rule_today,
-    resolve_policy,
-    source_name,
-)
+from worker.cli.arguments import STORE_URL, describe, nonempty
 from worker.cli.exit_codes import OK
-from worker.cli.inputs import JsonLines
+from worker.cli.inputs import JsonLines, source_name
+from worker.cli.policy_options import add_policy_options, previous_rule_today, resolve_policy
+from worker.cli.store_access import existing_store
 from worker.errors import InputError
 from worker.report.days import DEFAULT_TIME_FIELD, TIME_FIELDS
 from worker.settings import Settings, display_path, masked_url

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import describe, nonempty
+from worker.cli.arguments import describe, nonempty
 from worker.cli.exit_codes import OK
 from worker.errors import InputError
 from worker.human_counts import counted

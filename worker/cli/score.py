@@ -10,19 +10,9 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import (
-    Tally,
-    add_path,
-    add_policy_options,
-    add_store_option,
-    describe,
-    resolve_policy,
-    source_name,
-    store_errors,
-    store_url,
-)
+from worker.cli.arguments import add_path, add_store_option, describe
 from worker.cli.exit_codes import INTERRUPTED
-from worker.cli.inputs import JsonLines
+from worker.cli.inputs import JsonLines, source_name
 from worker.cli.output import (
     JSONL,
     SCORE_COLUMNS,
@@ -32,7 +22,10 @@ from worker.cli.output import (
     add_format_options,
     chosen_format,
 )
+from worker.cli.policy_options import add_policy_options, resolve_policy
 from worker.cli.progress import Progress, over_input, process_elapsed
+from worker.cli.run_summary import Tally
+from worker.cli.store_access import store_errors, store_url
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.pipeline.scoring import Delivery

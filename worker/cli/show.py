@@ -9,18 +9,10 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from worker.cli.common import (
-    CASE_ID,
-    PROG,
-    add_store_option,
-    describe,
-    existing_store,
-    positive_int,
-    store_name,
-    utf8_text,
-)
+from worker.cli.arguments import CASE_ID, PROG, add_store_option, describe, positive_int, utf8_text
 from worker.cli.exit_codes import OK
 from worker.cli.output import located
+from worker.cli.store_access import existing_store, store_name
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import Settings

@@ -8,17 +8,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from worker.cli.alerts import iso_time
-from worker.cli.common import (
-    add_store_option,
-    describe,
-    dumps_line,
-    existing_store,
-    nonempty,
-    rate,
-    source_name,
-    store_url,
-)
+from worker.cli.arguments import add_store_option, describe, nonempty, rate
 from worker.cli.exit_codes import NONDETERMINISM, OK
+from worker.cli.inputs import source_name
+from worker.cli.output import dumps_line
+from worker.cli.store_access import existing_store, store_url
 from worker.errors import InputError
 from worker.human_counts import counted
 from worker.settings import Settings

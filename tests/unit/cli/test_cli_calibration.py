@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Run
-from worker.cli import common
+from worker.cli import policy_options
 
 BANDED = 'version = "b-1"\n[groups.default]\nmin_coverage = 0.85\nreview_band = 0.1\n'
 PREVIOUS = 'version = "2026-11-01"\n[groups.default]\nmin_coverage = 0.6\n'
@@ -51,7 +51,7 @@ def today(monkeypatch: pytest.MonkeyPatch) -> Callable[[date], None]:
     """Set the CLI's UTC date (the clock of the window's open/ended state)."""
 
     def set_today(day: date) -> None:
-        monkeypatch.setattr(common, "utc_today", lambda: day)
+        monkeypatch.setattr(policy_options, "utc_today", lambda: day)
 
     return set_today
 
