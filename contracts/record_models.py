@@ -1,4 +1,6 @@
-"""What the worker emits and keeps: per-message records, attempts and alerts (SPEC §5-6)."""
+"""The models of what the worker emits and keeps: per-message records, attempts and alerts
+(SPEC §5-6); a scored record's fields spelled once (scored_fields), and the published JSON
+Schemas (json_schemas)."""
 
 from __future__ import annotations
 
