@@ -89,10 +89,10 @@ PRIVATE_REDIS = pytest.StashKey[servers.PrivateRedis]()
 def settle_walks_the_run_alone() -> Iterator[None]:
     """`score` settles the collector as a process that has just started does: a full
     collection, then the heap frozen (worker/runtime/collector.py). In a test process that
-    collection walked the whole suite's heap, imports and collected tests, 0.3 to 0.5 s a
-    run: 88 s of CPU over the unit tests' 171 in-process `score` runs. The suite's heap is
-    frozen first, so it walks what the run made, as a real process walks its start-up heap;
-    restore() unfreezes both, and the collector is left as it was (test_score_gc)."""
+    collection walked the whole suite's heap, imports and collected tests, on every in-process
+    `score` run: most of the fast lane's CPU (docs/development.md, "How long"). The suite's
+    heap is frozen first, so it walks what the run made, as a real process walks its start-up
+    heap; restore() unfreezes both, and the collector is left as it was (test_score_gc)."""
     settle = collector.settle
 
     def settle_after_the_suite() -> tuple[int, int, int]:

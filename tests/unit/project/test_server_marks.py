@@ -85,7 +85,7 @@ def test_an_unmarked_test_that_connects_to_redis_fails_saying_what_to_add(tmp_pa
     (tmp_path / "conftest.py").write_text("from tests.servers import servers_need_the_mark\n")
     (tmp_path / "test_uses_redis.py").write_text(UNMARKED)
     # Only pytest's own plugins and this fixture: the installed ones (xdist, cov, Hypothesis,
-    # timeout) are not what is checked, and importing them was most of the run's 2 s of CPU.
+    # timeout) are not what is checked, and importing them was most of the run.
     quiet = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rE", "-W",
