@@ -1,20 +1,24 @@
 """The bad-input harness shared by the unit and integration command-line tests: a case is a
-command line with the exit code and the one stderr line it must give, run as
-`python -m worker.cli` in a directory of its own holding the bad files it names."""
+command line with the exit code and the one stderr line it must give, run in a directory of its
+own holding the bad files it names: in-process through the CLI's entry function (main), or as
+`python -m worker.cli` when what it checks needs a process (see `needs_a_process`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLES
+from worker.cli import main
 from worker.cli.exit_codes import INVALID
 from worker.stores.sqlite import SQLiteStore
 
@@ -84,6 +88,79 @@ def command_prefix(unprivileged: bool) -> list[str]:
     return UNPRIVILEGED
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What one CLI run gave: its exit code and what it wrote, decoded."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_in_process(
+    args: Sequence[str],
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes = b"",
+) -> Ran:
+    """main(args) as `python -m worker.cli ARGS` runs it on pipes, in `cwd`, in the
+    environment of a user who set nothing but `env`: stdout UTF-8 with strict errors and
+    stderr with backslashreplace, as Python opens them in a UTF-8 locale. An exception main()
+    lets out is raised (it would be a traceback); argparse's exit (a usage error, --help) is
+    the exit code. Environment, directory and standard streams are restored after."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace")
+    source = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        _stdin(source),
+        _environment(env or {}),
+        contextlib.chdir(cwd or Path.cwd()),
+    ):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse: a usage error (2) or --help (0)
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        out.flush()
+        err.flush()
+    return Ran(
+        code,
+        out.buffer.getvalue().decode(),
+        err.buffer.getvalue().decode("utf-8", "replace"),
+    )
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.TextIOWrapper) -> Iterator[None]:
+    saved = sys.stdin
+    sys.stdin = stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+@contextlib.contextmanager
+def _environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """clean_env(extra) as os.environ for the block, the test's own environment after."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(clean_env(extra))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def needs_a_process(case: Case) -> bool:
+    """A case whose behaviour lives in the process: permission bits that hold only without
+    root's capabilities, a standard stream closed or on a full disk (what main() does then
+    is on the file descriptors, and the interpreter's exit flush is part of it)."""
+    return case.unprivileged or case.stdout != "pipe" or case.stdin != "null"
+
+
 def closing(*fds: int) -> Callable[[], None]:
     """A preexec_fn that starts the child with these descriptors closed (`<&-`, `>&-`)."""
 
@@ -98,6 +175,24 @@ def check(case: Case, directory: Path) -> None:
     """Run the case in `directory`: its exit code, its one exact stderr line (and the line
     naming --help, for usage errors), and no traceback anywhere."""
     make_files(directory)
+    ran = (
+        run_process(case, directory)
+        if needs_a_process(case)
+        else run_in_process(case.args, directory, case.env)
+    )
+    lines = ran.stderr.splitlines()
+
+    assert "Traceback" not in ran.stdout + ran.stderr
+    assert ran.code == case.code, ran.stderr
+    if case.usage:
+        prog = case.line.partition(": error: ")[0]
+        assert lines == [case.line, f"run '{prog} --help' for the options"]
+    else:
+        assert lines == [case.line]
+
+
+def run_process(case: Case, directory: Path) -> Ran:
+    """The case as `python -m worker.cli` in `directory`, its streams as the case says."""
     closed = [fd for fd, how in ((0, case.stdin), (1, case.stdout)) if how == "closed"]
     with open(os.devnull if case.stdout != "full" else "/dev/full", "wb") as sink:
         run = subprocess.run(
@@ -112,13 +207,4 @@ def check(case: Case, directory: Path) -> None:
             check=False,
         )
     stdout = run.stdout.decode(errors="replace") if run.stdout else ""
-    stderr = run.stderr.decode(errors="replace")
-    lines = stderr.splitlines()
-
-    assert "Traceback" not in stdout + stderr
-    assert run.returncode == case.code, stderr
-    if case.usage:
-        prog = case.line.partition(": error: ")[0]
-        assert lines == [case.line, f"run '{prog} --help' for the options"]
-    else:
-        assert lines == [case.line]
+    return Ran(run.returncode, stdout, run.stderr.decode(errors="replace"))

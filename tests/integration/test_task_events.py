@@ -120,47 +120,41 @@ def wait_until_done(event_log: EventLog, task_id: str) -> dict[str, Event]:
     return event_log.of_task(task_id)
 
 
-@pytest.mark.parametrize(
-    "send_foreign",
-    [send_with_celery_s_repr, send_without_argsrepr],
-    ids=["celery-s-repr", "no-argsrepr"],
-)
-def test_a_foreign_publisher_s_message_is_named_by_case_id_in_events(
-    start_worker: Callable[..., worker_harness.Worker],
-    queue: str,
-    publisher: Callable[..., Celery],
-    event_log: EventLog,
-    message_dict: Callable[..., dict[str, Any]],
-    send_foreign: Callable[[Celery, str, dict[str, Any]], str],
-) -> None:
-    """task-received carries `case_id=…` as its args, and no event of the task carries the
-    answer, a context or the grader's prompt."""
-    worker = start_worker(queue, options=["-E"])
-    worker.wait_ready()
-    message = message_dict(case_id="foreign-1")
-
-    task_id = send_foreign(publisher(), queue, message)
-    events = wait_until_done(event_log, task_id)
-
-    assert (events["task-received"]["args"], events["task-received"]["kwargs"]) == (
-        "case_id=foreign-1",
-        "{}",
-    )
-    assert {"task-received", "task-started", "task-succeeded"} <= set(events)
-    seen = json.dumps(list(events.values()))
-    assert [text for text in raw_texts(message) if text in seen] == []
+FOREIGN_PUBLISHERS = {
+    "celery-s-repr": send_with_celery_s_repr,
+    "no-argsrepr": send_without_argsrepr,
+}
 
 
-def test_the_publisher_s_own_argsrepr_is_kept(
+def test_every_publisher_s_message_is_named_by_case_id_in_events(
     start_worker: Callable[..., worker_harness.Worker],
     queue: str,
     publisher: Callable[..., Celery],
     event_log: EventLog,
     message_dict: Callable[..., dict[str, Any]],
 ) -> None:
-    """What `publish` and the client write (case ID and input hash) reaches the events as is."""
+    """One worker, three publishers (one worker start where each had its own, for the same
+    events). A foreign one's message, with Celery's repr or no argsrepr at all: task-received
+    carries `case_id=…` as its args, and no event of the task carries the answer, a context
+    or the grader's prompt. What `publish` and the client write (case ID and input hash)
+    reaches the events as is."""
     worker = start_worker(queue, options=["-E"])
     worker.wait_ready()
+
+    for number, (name, send_foreign) in enumerate(FOREIGN_PUBLISHERS.items(), start=1):
+        message = message_dict(case_id=f"foreign-{number}")
+
+        task_id = send_foreign(publisher(), queue, message)
+        events = wait_until_done(event_log, task_id)
+
+        assert (events["task-received"]["args"], events["task-received"]["kwargs"]) == (
+            f"case_id=foreign-{number}",
+            "{}",
+        ), name
+        assert {"task-received", "task-started", "task-succeeded"} <= set(events), name
+        seen = json.dumps(list(events.values()))
+        assert [text for text in raw_texts(message) if text in seen] == [], name
+
     model = AttributionResult.model_validate(message_dict(case_id="ours-1"))
     task = outgoing(
         [(model, model.model_dump_json(exclude_unset=True))],

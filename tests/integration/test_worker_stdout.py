@@ -24,13 +24,33 @@ publisher = harness.publisher
 
 
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
-def test_a_warm_shutdown_leaves_only_json_lines_on_stdout(
-    start_worker: Callable[..., Worker], queue: str, pool: str
+def test_a_failed_task_and_a_warm_shutdown_leave_only_json_lines_on_stdout(
+    start_worker: Callable[..., Worker], queue: str, publisher: Callable[..., Celery], pool: str
 ) -> None:
-    """Celery's SIGTERM handler prints `worker: Warm shutdown (MainProcess)` as plain text;
-    with JSON logs it is a JSON line, and the worker still shuts down warm."""
+    """A task's exception reaches the log through Celery's ExceptionInfo (in a prefork pool a
+    billiard traceback proxy, not a traceback): the line still carries the type, message and
+    frames as text. Celery's SIGTERM handler prints `worker: Warm shutdown (MainProcess)` as
+    plain text; with JSON logs it is a JSON line, and the worker still shuts down warm. (One
+    worker for both: each had its own.)"""
     worker = start_worker(queue, pool=pool)
     worker.wait_ready()
+
+    publisher().send_task(RECONCILE, kwargs={"older_than_seconds": "soon"}, queue=queue)
+
+    lines = worker.wait_until(
+        lambda lines: any("exception.type" in line for line in lines),
+        timeout=60.0,
+        what="the task's failure",
+    )
+    (line,) = [line for line in lines if "exception.type" in line]
+    assert (line["level"], line["logger"]) == ("error", "celery.app.trace")
+    assert line["exception.type"] == "TypeError"
+    assert line["exception.message"] == "unsupported type for timedelta seconds component: str"
+    stack = line["exception.stacktrace"]
+    assert stack.startswith("Traceback (most recent call last):\n")
+    assert 'worker/runtime/tasks.py", line' in stack
+    assert "in reconcile\n" in stack
+    assert worker.unparsed() == []
 
     worker.stop()
 
@@ -138,32 +158,6 @@ def test_a_sigterm_before_ready_leaves_only_json_lines(
     wait_exit(worker)
     assert worker.unparsed() == []
     assert "Warm shutdown" not in worker.stderr_path.read_text("utf-8")
-
-
-def test_a_task_that_fails_on_a_bug_logs_its_traceback_as_fields(
-    start_worker: Callable[..., Worker], queue: str, publisher: Callable[..., Celery]
-) -> None:
-    """A task's exception reaches the log through Celery's ExceptionInfo (a billiard traceback
-    proxy, not a traceback): the line still carries the type, message and frames as text."""
-    worker = start_worker(queue)
-    worker.wait_ready()
-
-    publisher().send_task(RECONCILE, kwargs={"older_than_seconds": "soon"}, queue=queue)
-
-    lines = worker.wait_until(
-        lambda lines: any("exception.type" in line for line in lines),
-        timeout=60.0,
-        what="the task's failure",
-    )
-    (line,) = [line for line in lines if "exception.type" in line]
-    assert (line["level"], line["logger"]) == ("error", "celery.app.trace")
-    assert line["exception.type"] == "TypeError"
-    assert line["exception.message"] == "unsupported type for timedelta seconds component: str"
-    stack = line["exception.stacktrace"]
-    assert stack.startswith("Traceback (most recent call last):\n")
-    assert 'worker/runtime/tasks.py", line' in stack
-    assert "in reconcile\n" in stack
-    assert worker.unparsed() == []
 
 
 def test_with_ecs_every_line_of_a_worker_s_life_is_an_ecs_document(

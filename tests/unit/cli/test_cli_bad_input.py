@@ -1,9 +1,11 @@
 """Every command fed what a careless or demanding user would: one line on stderr, exit 2.
 
-Each case runs `python -m worker.cli` as a real subprocess, in a directory of its own holding
-the bad files tests/bad_input.py writes (so messages name them by relative path), with no
-EVIDENCE_* variables but the case's own and without PYTHONUNBUFFERED, so stdout is
-block-buffered as a user's is. None of these needs a service: Redis URLs that are refused
+Each case runs in a directory of its own holding the bad files tests/bad_input.py writes (so
+messages name them by relative path), with no EVIDENCE_* variables but the case's own:
+in-process through main(), with stdout and stderr as Python opens them on pipes, or, when
+the case is about the process (root's capabilities dropped, a standard stream closed or on a
+full disk), as `python -m worker.cli` without PYTHONUNBUFFERED, so stdout is block-buffered as
+a user's is. None of these needs a service: Redis URLs that are refused
 before connecting, or port 1, where nothing listens. The cases that need a Redis server are in
 tests/integration.
 """
@@ -29,6 +31,7 @@ from tests.bad_input import (
     check,
     clean_env,
     make_files,
+    run_in_process,
 )
 from tests.conftest import EXAMPLES
 from worker.cli.exit_codes import CLOSED_PIPE
@@ -575,22 +578,8 @@ def test_a_reader_that_goes_away_stops_the_command_quietly(
     (which would come with exit 120), also when the summary on stderr goes into the pipe."""
     make_files(tmp_path)
     if args[0] in {"alerts", "report"}:
-        scored = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "worker.cli",
-                "score",
-                RESULTS,
-                "--store",
-                "sqlite:///scored.db",
-            ],
-            cwd=tmp_path,
-            env=clean_env({}),
-            capture_output=True,
-            check=False,
-        )
-        (tmp_path / "records.jsonl").write_bytes(scored.stdout)
+        scored = run_in_process(["score", RESULTS, "--store", "sqlite:///scored.db"], tmp_path)
+        (tmp_path / "records.jsonl").write_text(scored.stdout, encoding="utf-8")
     child = subprocess.Popen(
         [sys.executable, "-m", "worker.cli", *args],
         cwd=tmp_path,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
 
+from tests.bad_input import run_in_process
 from tests.conftest import Run
 from worker.cli import COMMANDS
 
@@ -40,14 +40,8 @@ def completions(script: str, words: list[str]) -> list[str]:
 def bash_script() -> str:
     if shutil.which("bash") is None:
         pytest.skip("bash is not installed")
-    done = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "completion", "bash"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert (done.returncode, done.stderr) == (0, "")
+    done = run_in_process(["completion", "bash"])
+    assert (done.code, done.stderr) == (0, "")
     return done.stdout
 
 

@@ -10,13 +10,10 @@ run the real entry point on the cases issue 39 found.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.bad_input import clean_env
+from tests.bad_input import clean_env, run_in_process
 from tests.conftest import BASE_MESSAGE, EXAMPLES
-from worker.cli import main
 
 EXIT_CODES = {0, 1, 2, 3}
 EXAMPLES_PER_COMMAND = 25
@@ -61,51 +57,11 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
-def run_main(argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
+def run_main(argv: list[str], stdin: bytes = b"", cwd: Path | None = None) -> tuple[int, str, str]:
     """main(argv) with stdin, stdout and stderr as a process has them (stdout UTF-8 and
     strict); the exit code and what it wrote. An exception main() lets out is raised."""
-    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
-    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace")
-    source = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        _stdin(source),
-        _clean_environment(),
-    ):
-        try:
-            code = main(argv)
-        except SystemExit as exit_:  # argparse: a usage error (2) or --help (0)
-            code = exit_.code if isinstance(exit_.code, int) else 2
-        out.flush()
-        err.flush()
-    written = out.buffer.getvalue().decode()
-    said = err.buffer.getvalue().decode("utf-8", "replace")
-    return code, written, said
-
-
-@contextlib.contextmanager
-def _stdin(stream: io.TextIOWrapper) -> Iterator[None]:
-    saved = sys.stdin
-    sys.stdin = stream
-    try:
-        yield
-    finally:
-        sys.stdin = saved
-
-
-@contextlib.contextmanager
-def _clean_environment() -> Iterator[None]:
-    """No EVIDENCE_* variable but the ones the run needs."""
-    saved = dict(os.environ)
-    for name in list(os.environ):
-        if name.startswith("EVIDENCE_") or name == "MIN_EVIDENCE_COVERAGE":
-            del os.environ[name]
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    ran = run_in_process(argv, cwd, stdin=stdin)
+    return ran.code, ran.stdout, ran.stderr
 
 
 def assert_no_traceback(code: int, out: str, err: str) -> None:
@@ -154,8 +110,7 @@ def test_an_arbitrary_argument_is_never_a_traceback(
 ) -> None:
     """Whatever the argument, one line and an exit code in {0, 1, 2, 3}."""
     argv = [argument if part == "{}" else part.format(store=store) for part in line]
-    with contextlib.chdir(tmp_path):
-        assert_no_traceback(*run_main(argv))
+    assert_no_traceback(*run_main(argv, cwd=tmp_path))
 
 
 # Lines as a file may hold them: JSON objects with arbitrary text in any field, and bytes.

@@ -1,6 +1,9 @@
 """The read commands open a SQLite store for reading only: a store on a read-only mount (here,
 a directory and file without write permission, run without the capability that overrides
-them) is read as a writable one is, and left as it was: no -wal or -shm file, same bytes."""
+them) is read as a writable one is, and left as it was: no -wal or -shm file, same bytes.
+
+The writable store is read in-process; the read-only one by `python -m worker.cli` without
+the capabilities that let root write anyway (one process a command)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import clean_env, command_prefix
+from tests.bad_input import Ran, clean_env, command_prefix, run_in_process
 from tests.conftest import EXAMPLES
 
 EXAMPLE = EXAMPLES / "attribution-results.jsonl"
@@ -39,9 +42,9 @@ READ_COMMANDS = [
 ]
 
 
-def cli(args: list[str], cwd: Path, *, unprivileged: bool) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*command_prefix(unprivileged), sys.executable, "-m", "worker.cli", *args],
+def unprivileged(args: list[str], cwd: Path) -> Ran:
+    run = subprocess.run(
+        [*command_prefix(True), sys.executable, "-m", "worker.cli", *args],
         cwd=cwd,
         env=clean_env({}),
         capture_output=True,
@@ -49,6 +52,7 @@ def cli(args: list[str], cwd: Path, *, unprivileged: bool) -> subprocess.Complet
         timeout=60,
         check=False,
     )
+    return Ran(run.returncode, run.stdout, run.stderr)
 
 
 @pytest.fixture
@@ -56,10 +60,8 @@ def stores(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """The example scored into two copies of one store: one writable, one read-only."""
     writable, locked = tmp_path / "rw", tmp_path / "ro"
     writable.mkdir()
-    scored = cli(
-        ["score", str(EXAMPLE), "--store", "sqlite:///store.db"], writable, unprivileged=False
-    )
-    assert scored.returncode == 3, scored.stderr
+    scored = run_in_process(["score", str(EXAMPLE), "--store", "sqlite:///store.db"], writable)
+    assert scored.code == 3, scored.stderr
     locked.mkdir()
     (locked / "store.db").write_bytes((writable / "store.db").read_bytes())
     (locked / "store.db").chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
@@ -77,14 +79,10 @@ def test_a_read_only_store_reads_as_a_writable_one_and_is_left_as_it_was(
     before = hashlib.sha256(store.read_bytes()).hexdigest()
     args = [*command, "--store", "sqlite:///store.db"]
 
-    expected = cli(args, writable, unprivileged=False)
-    got = cli(args, locked, unprivileged=True)
+    expected = run_in_process(args, writable)
+    got = unprivileged(args, locked)
 
-    assert (got.returncode, got.stdout, got.stderr) == (
-        expected.returncode,
-        expected.stdout,
-        expected.stderr,
-    )
+    assert got == expected
     assert "Traceback" not in got.stderr
     assert expected.stdout + expected.stderr  # each has something to say of the example
     assert sorted(os.listdir(locked)) == ["store.db"]

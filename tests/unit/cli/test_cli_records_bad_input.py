@@ -1,6 +1,6 @@
 """`records` and `report --store` fed bad input (issue 25): one clear line on stderr (after the
-help, for usage errors), exit 2, and nothing created or changed. Run as real subprocesses by
-the harness of test_cli_bad_input (tests/bad_input.py), in a directory holding its files."""
+help, for usage errors), exit 2, and nothing created or changed. Run by the harness of
+test_cli_bad_input (tests/bad_input.py), in a directory holding its files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import CONFIG, HANG_SECONDS, PROG, RESULTS, Case, check, clean_env
+from tests.bad_input import CONFIG, PROG, RESULTS, Case, check, clean_env, run_in_process
 from tests.unit.cli.test_cli_bad_input import NO_STORE, REFUSED, usage
 from worker.cli.exit_codes import CLOSED_PIPE
 
@@ -112,17 +112,9 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, tmp_path: 
     check(case, tmp_path)
     before = _snapshot(tmp_path)
 
-    again = subprocess.run(
-        [sys.executable, "-m", "worker.cli", *case.args],
-        cwd=tmp_path,
-        env=clean_env(case.env),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=HANG_SECONDS,
-        check=False,
-    )
+    again = run_in_process(case.args, tmp_path, case.env)
 
-    assert again.returncode == case.code
+    assert again.code == case.code
     assert not (tmp_path / "missing.db").exists()
     assert _snapshot(tmp_path) == before
 
@@ -130,13 +122,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, tmp_path: 
 @pytest.mark.parametrize("output", ["jsonl", "csv"])
 def test_a_reader_that_goes_away_stops_records_quietly(output: str, tmp_path: Path) -> None:
     """`records | head`: exit 141, no traceback, no "Exception ignored", as every command."""
-    subprocess.run(
-        [sys.executable, "-m", "worker.cli", "score", RESULTS, "--store", "sqlite:///s.db"],
-        cwd=tmp_path,
-        env=clean_env({}),
-        capture_output=True,
-        check=False,
-    )
+    run_in_process(["score", RESULTS, "--store", "sqlite:///s.db"], tmp_path)
     child = subprocess.Popen(
         [
             sys.executable,

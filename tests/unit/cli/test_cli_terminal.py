@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_input import clean_env
+from tests.bad_input import Ran, clean_env, run_in_process
 from tests.conftest import EXAMPLES, Run
 from worker.cli.output import Table
 
@@ -73,16 +73,9 @@ def screen_lines(screen: str) -> list[list[str]]:
     return [re.split(r"\s{2,}", line.strip()) for line in plain.splitlines() if line.strip()]
 
 
-def on_pipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *argv],
-        cwd=cwd,
-        env=clean_env({}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def on_pipe(argv: list[str], cwd: Path) -> Ran:
+    """The same command off a terminal, in-process: stdout and stderr as on pipes."""
+    return run_in_process(argv, cwd)
 
 
 def test_score_on_a_terminal_prints_a_table_and_the_summary(tmp_path: Path) -> None:
@@ -137,7 +130,7 @@ def test_format_jsonl_on_a_terminal_prints_the_json_lines(tmp_path: Path) -> Non
                                   tmp_path)  # fmt: skip
     piped = on_pipe(["gate", ROWS, "--min-coverage", "0.85"], tmp_path)
 
-    assert code == piped.returncode == 2
+    assert code == piped.code == 2
     assert screen == piped.stdout
 
 
@@ -148,7 +141,7 @@ def test_quiet_prints_the_summary_only(tmp_path: Path) -> None:
 
     assert (code, screen) == (3, "")
     assert err.startswith("score: 10 rows: ")
-    assert (piped.returncode, piped.stdout) == (3, "")
+    assert (piped.code, piped.stdout) == (3, "")
     assert piped.stderr.startswith("score: 10 rows: ")
 
 

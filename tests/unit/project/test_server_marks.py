@@ -84,10 +84,13 @@ def test_an_unmarked_test_that_connects_to_redis_fails_saying_what_to_add(tmp_pa
     teardown with the line to add, even when its code swallowed the refusal."""
     (tmp_path / "conftest.py").write_text("from tests.servers import servers_need_the_mark\n")
     (tmp_path / "test_uses_redis.py").write_text(UNMARKED)
+    # Only pytest's own plugins and this fixture: the installed ones (xdist, cov, Hypothesis,
+    # timeout) are not what is checked, and importing them was most of the run.
+    quiet = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rE", "-W",
          "ignore::pytest.PytestUnknownMarkWarning", "test_uses_redis.py"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path, env=quiet,
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert ran.returncode == 1, ran.stdout + ran.stderr
