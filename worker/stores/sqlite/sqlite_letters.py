@@ -6,8 +6,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 
-from worker.stores.base import DeadLetter
-from worker.stores.sqlite_transaction import immediate
+from worker.stores.contract import DeadLetter
+from worker.stores.sqlite.sqlite_transaction import immediate
 
 LETTER_PAGE = 200  # letters per SELECT: a page of bodies, each bounded (DeadLetter.bounded)
 MAX_ROWID = 2**63 - 1

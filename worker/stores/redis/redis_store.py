@@ -26,8 +26,8 @@ from worker.settings import (
     REPLICA_TIMEOUT_MS,
     masked_url,
 )
-from worker.stores.attempts import DRIFTED_TAIL, Expander, drifted, script_args, with_first
-from worker.stores.base import (
+from worker.stores.codec import DRIFTED_TAIL, Expander, drifted, script_args, with_first
+from worker.stores.contract import (
     ALERT_CLOCK_MARGIN,
     DeadLetter,
     FirstRequired,
@@ -36,12 +36,12 @@ from worker.stores.base import (
     RecordOne,
     newest_since,
     recorded_ms,
+    task_and_position,
 )
-from worker.stores.keys import KeyLayout, replication_mark_key
-from worker.stores.ledger import task_and_position
-from worker.stores.redis_ledger import RedisLedger
-from worker.stores.redis_letters import RedisLetters
-from worker.stores.replicas import ReplicaCount, ReplicaWait
+from worker.stores.redis.keys import KeyLayout, replication_mark_key
+from worker.stores.redis.redis_ledger import RedisLedger
+from worker.stores.redis.redis_letters import RedisLetters
+from worker.stores.redis.replicas import ReplicaCount, ReplicaWait
 from worker.stores.time_order import SortKey, in_time_order, ms_bounds
 
 MAX_ALERTS = 10_000
@@ -52,8 +52,8 @@ ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in ti
 CASE_PAGE = 500  # a case index's members per ZREVRANGE (hashes_for_case)
 
 # Two parts of RECORD_LUA, apart: the case index, and the drift check, which a Redis Cluster's
-# store also runs in a step of its own (DRIFT_LUA in worker/stores/redis_cluster.py: a contract
-# key is in another slot than the hash's). Each expects the locals `ttl`, `alerts_key`,
+# store also runs in a step of its own (DRIFT_LUA in worker/stores/redis/redis_cluster.py: a
+# contract key is in another slot than the hash's). Each expects the locals `ttl`, `alerts_key`,
 # `max_alerts` and `raised_at` of the script it is part of.
 INDEX_FUNCTION = """
 -- Index the hash under its case at `ms` (see above); `since`: the outcome's, 0 when unknown.
@@ -130,7 +130,7 @@ end
 # the other. The outcome, the entry, the write id and an alert are written by one call, so
 # none is kept without the others: a script that cannot write (maxmemory) fails at its first
 # write, before any. Entries, the first attempt and an alert's observed attempt are
-# assembled exactly as entry() and whole() in worker/stores/attempts.py do; an alert is the
+# assembled exactly as entry() and whole() in worker/stores/codec.py do; an alert is the
 # Alert JSON, its input hash read out of the outcome key (input hashes are hex digests).
 # Each conflict (first outcome, observed outcome) and each drift (contract version, case ID,
 # required set) is alerted once: a field in the outcome or contract hash says it was.
@@ -384,7 +384,7 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         min_replicas: int | None = 0,
         replica_timeout_ms: int = REPLICA_TIMEOUT_MS,
     ) -> None:
-        """`min_replicas`: replicas each write waits for (worker/stores/replicas.py); None: 1
+        """`min_replicas`: replicas each write waits for (worker/stores/redis/replicas.py); None: 1
         while the server has one in sync, asked again as ReplicaCount says, else 0
         (open_store's default)."""
         self.client = client

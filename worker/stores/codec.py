@@ -37,7 +37,7 @@ from contracts import Alert, Attempt
 from contracts.outcomes import value_json
 from contracts.records import KeptCitation
 from contracts.triage import Finding
-from worker.stores.base import outcome_json
+from worker.stores.contract import outcome_json
 
 # Every Attempt field is in one of three groups (a unit test checks it): a field added to
 # Attempt must be added here and to the functions that spell its group.

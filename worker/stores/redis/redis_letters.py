@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
-from worker.stores.base import DeadLetter
-from worker.stores.keys import KeyLayout
-from worker.stores.ledger import task_and_position
+from worker.stores.contract import DeadLetter, task_and_position
+from worker.stores.redis.keys import KeyLayout
 
 T = TypeVar("T")
 

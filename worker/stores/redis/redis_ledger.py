@@ -1,4 +1,4 @@
-"""The publish ledger on Redis (worker/stores/ledger.py): a sorted set of open write ids by
+"""The publish ledger on Redis (worker/stores/contract.py): a sorted set of open write ids by
 publish time, and one hash of entries per task; RECORD_LUA closes an entry as it records."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
-from worker.stores.base import DeadLetter
-from worker.stores.keys import KeyLayout
-from worker.stores.ledger import LedgerEntry, task_and_position
-from worker.stores.replicas import ReplicaWait
+from worker.stores.contract import DeadLetter, LedgerEntry, task_and_position
+from worker.stores.redis.keys import KeyLayout
+from worker.stores.redis.replicas import ReplicaWait
 
 T = TypeVar("T")
 

@@ -47,11 +47,11 @@ from contracts import Attempt
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import REPLICA_TIMEOUT_MS, masked_url, redis_seeds
-from worker.stores.attempts import required_set_json, script_args
-from worker.stores.base import DeadLetter, Recorded, recorded_ms
-from worker.stores.keys import ClusterKeyLayout
-from worker.stores.ledger import LedgerEntry, task_and_position
-from worker.stores.redis import (
+from worker.stores.codec import required_set_json, script_args
+from worker.stores.contract import DeadLetter, LedgerEntry, Recorded, recorded_ms, task_and_position
+from worker.stores.redis.keys import ClusterKeyLayout
+from worker.stores.redis.redis_ledger import CLOSE_LUA, CONFIRM_LUA, NOTE_LUA
+from worker.stores.redis.redis_store import (
     ATTEMPTS_PER_CALL,
     CASE_PAGE,
     DRIFT_FUNCTION,
@@ -60,8 +60,7 @@ from worker.stores.redis import (
     RECORD_LUA,
     RedisStore,
 )
-from worker.stores.redis_ledger import CLOSE_LUA, CONFIRM_LUA, NOTE_LUA
-from worker.stores.replicas import MARK_TTL_SECONDS
+from worker.stores.redis.replicas import MARK_TTL_SECONDS
 
 T = TypeVar("T")
 
@@ -150,7 +149,7 @@ class RedisClusterStore(RedisStore):
     def __init__(self, client: RedisCluster, *, name: str | None = None, **options: Any) -> None:
         super().__init__(client, name=name or "redis cluster", **options)  # type: ignore[arg-type]
         # Replicas each master's writes wait for: self.replica_count, per master by its name
-        # (worker/stores/replicas.py ReplicaCount, as on one Redis).
+        # (worker/stores/redis/replicas.py ReplicaCount, as on one Redis).
         self.replica_timeout_ms: int = options.get("replica_timeout_ms", REPLICA_TIMEOUT_MS)
         self._refresh_later = False  # an error may mean a new slot map: ask before next write
         self.layout = ClusterKeyLayout(self.prefix)
@@ -256,7 +255,7 @@ class RedisClusterStore(RedisStore):
         self, node: ClusterNode, commands: Sequence[Command], items: list[tuple[int, bool]]
     ) -> list[tuple[int, Any]]:
         """One pipeline on `node`: the commands, then the wait for its replicas (a mark in the
-        first command's shard, then WAIT: see worker/stores/replicas.py)."""
+        first command's shard, then WAIT: see worker/stores/redis/replicas.py)."""
         pipe = self._redis_of(node).pipeline(transaction=False)  # one connection: see WAIT
         for index, asking in items:
             if asking:
