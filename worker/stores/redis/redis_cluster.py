@@ -49,12 +49,12 @@ from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import REPLICA_TIMEOUT_MS, masked_url, redis_seeds
 from worker.stores.codec import required_set_json, script_args
 from worker.stores.contract import DeadLetter, LedgerEntry, Recorded, recorded_ms, task_and_position
+from worker.stores.redis import lua
 from worker.stores.redis.keys import ClusterKeyLayout
 from worker.stores.redis.redis_ledger import CLOSE_LUA, CONFIRM_LUA, NOTE_LUA
 from worker.stores.redis.redis_store import (
     ATTEMPTS_PER_CALL,
     CASE_PAGE,
-    DRIFT_FUNCTION,
     MAX_ALERTS,
     MAX_DEAD_LETTERS,
     RECORD_LUA,
@@ -64,41 +64,10 @@ from worker.stores.redis.replicas import MARK_TTL_SECONDS
 
 T = TypeVar("T")
 
-DRIFT_MEMO_SECONDS = 86_400
 ROUNDS = 8  # redirections followed for one batch before it waits as a transient error
 TRY_AGAIN_PAUSE_S = 0.05
 
-# KEYS: the pair shard's alert stream, then per attempt its contract key and its drift note
-# (keys.ClusterKeyLayout.drift_memo), all in one shard. ARGV: ttl, alert stream bound, the
-# time as JSON, then per attempt required_set_json(), input hash, case ID and task ID as JSON,
-# contract version as JSON, write id ('' for none), alert order (order_of()). Returns what
-# drift() found, per attempt: a noted finding when the write id has one.
-DRIFT_LUA = (
-    """
-local ttl, max_alerts, raised_at = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local alerts_key = KEYS[1]
-"""
-    + DRIFT_FUNCTION
-    + """
-local replies = {}
-for i = 1, (#KEYS - 1) / 2 do
-  local contract_key, memo_key = KEYS[2 * i], KEYS[2 * i + 1]
-  local at = 3 + 7 * (i - 1)
-  local write = ARGV[at + 6]
-  local found = false
-  if write ~= '' then found = redis.call('GET', memo_key) end
-  if not found then
-    found = drift(contract_key, ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4],
-      ARGV[at + 5], ARGV[at + 7])
-    if write ~= '' then redis.call('SET', memo_key, found, 'EX', """
-    + str(DRIFT_MEMO_SECONDS)
-    + """) end
-  end
-  replies[i] = found
-end
-return replies
-"""
-)
+DRIFT_LUA = lua.source("cluster_drift")
 
 
 @dataclass(frozen=True)
