@@ -46,7 +46,10 @@
 -- A write id closes its publish ledger entry (keys.ledger_key) after the attempt's writes,
 -- replayed or not: deleting is allowed at maxmemory, so it must not come before a write that
 -- could fail, or a message not yet recorded would lose its entry.
+-- The script names no field of an attempt: the keys it writes and looks for are codec.py's
+-- (`--#include codec`: OWN_KEYS, VALUE_AT, COMPACT_KEY, SHARED_START; see lua.codec_header()).
 
+--#include codec
 local bound, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local generation_size = math.max(bound, 1)
 local max_alerts, raised_at, drifted_tail = ARGV[3], ARGV[4], ARGV[5]
@@ -56,8 +59,8 @@ local alerts_key, ledger_key = KEYS[1], KEYS[2]
 local replies = {}
 
 local function whole(case_id, task_id, recorded_at, outcome_members, shared)
-  return '{"case_id":' .. case_id .. ',"task_id":' .. task_id .. ',"recorded_at":'
-    .. recorded_at .. ',' .. outcome_members .. ',' .. shared .. '}'
+  return OWN_KEYS[1] .. case_id .. OWN_KEYS[2] .. task_id .. OWN_KEYS[3] .. recorded_at .. ','
+    .. outcome_members .. ',' .. shared .. '}'
 end
 
 local function forget(outcome_key, generation)
@@ -112,7 +115,7 @@ for i = 1, (#KEYS - 2) / 5 do
     end
     -- A compact first (shared_head() starts with answer_length) keeps neither a copy of its
     -- shared members nor its own entry: both are read out of `first` (codec.py).
-    local compact = string.sub(head, 1, 16) == '"answer_length":'
+    local compact = string.sub(head, 1, #COMPACT_KEY) == COMPACT_KEY
     local shared = head .. tail
     if drifted ~= '' then shared = head .. drifted_tail end
     local entry = '[' .. case_id .. ',' .. task_id .. ',' .. recorded_at
@@ -124,8 +127,8 @@ for i = 1, (#KEYS - 2) / 5 do
       -- `first`, where codec.kept_comparands() reads them.
       local same, kept = stored[1] == outcome, stored[2]
       if not stored[1] then
-        local from = string.find(stored[3], ',"value":', 1, true)
-        local to = string.find(stored[3], ',"answer_length":%d+,"required_claim_ids":')
+        local from = string.find(stored[3], VALUE_AT, 1, true)
+        local to = string.find(stored[3], SHARED_START)
         same = from ~= nil and to ~= nil
           and string.sub(stored[3], from + 1, to - 1) == outcome_members
         if to then kept = string.sub(stored[3], to + 1, -2) end

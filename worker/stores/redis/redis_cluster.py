@@ -47,7 +47,7 @@ from contracts import Attempt
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import REPLICA_TIMEOUT_MS, masked_url, redis_seeds
-from worker.stores.codec import required_set_json, script_args
+from worker.stores.codec import letter_json, required_set_json, script_args
 from worker.stores.contract import DeadLetter, LedgerEntry, Recorded, recorded_ms, task_and_position
 from worker.stores.redis import lua
 from worker.stores.redis.keys import ClusterKeyLayout
@@ -452,7 +452,7 @@ class RedisClusterStore(RedisStore):
                     MAX_DEAD_LETTERS,
                     "*",
                     "letter",
-                    letter.bounded(self.dead_letter_max_bytes).model_dump_json(),
+                    letter_json(letter, self.dead_letter_max_bytes),
                     "n",
                     order,
                 ),

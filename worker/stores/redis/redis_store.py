@@ -26,7 +26,15 @@ from worker.settings import (
     REPLICA_TIMEOUT_MS,
     masked_url,
 )
-from worker.stores.codec import DRIFTED_TAIL, Expander, drifted, script_args, with_first
+from worker.stores.codec import (
+    DRIFTED_TAIL,
+    Expander,
+    drifted,
+    letter_json,
+    read_letter,
+    script_args,
+    with_first,
+)
 from worker.stores.contract import (
     ALERT_CLOCK_MARGIN,
     DeadLetter,
@@ -600,7 +608,7 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         for letter in letters:
             pipe.xadd(
                 self.keys.dead_letters_of(letter.task_id),
-                {"letter": letter.bounded(self.dead_letter_max_bytes).model_dump_json()},
+                {"letter": letter_json(letter, self.dead_letter_max_bytes)},
                 maxlen=MAX_DEAD_LETTERS,
                 approximate=True,
             )
@@ -609,9 +617,7 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         return len(letters) + len(closes)
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        return self._newest(
-            self.keys.dead_letter_streams(), b"letter", limit, DeadLetter.model_validate_json
-        )
+        return self._newest(self.keys.dead_letter_streams(), b"letter", limit, read_letter)
 
     def count_delivery(self, task_id: str) -> int:
         key = self.keys.deliveries(task_id)

@@ -24,6 +24,8 @@ from worker.stores.codec import (
     first_rows,
     keeps_own_entry,
     kept_comparands,
+    letter_json,
+    read_letter,
     required_set_json,
     same_shared_fields,
     shared_json,
@@ -830,10 +832,7 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         with immediate(self._db):
             self._db.executemany(
                 "INSERT INTO dead_letters (letter) VALUES (?)",
-                [
-                    (letter.bounded(self.dead_letter_max_bytes).model_dump_json(),)
-                    for letter in letters
-                ],
+                [(letter_json(letter, self.dead_letter_max_bytes),) for letter in letters],
             )
             self._db.execute(
                 "DELETE FROM dead_letters WHERE id <= (SELECT MAX(id) FROM dead_letters) - ?",
@@ -847,7 +846,7 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
             " ORDER BY id",
             (max(limit, 0),),
         )
-        return [DeadLetter.model_validate_json(text) for (text,) in rows]
+        return [read_letter(text) for (text,) in rows]
 
     def count_delivery(self, task_id: str) -> int:
         with immediate(self._db):
