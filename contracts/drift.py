@@ -4,7 +4,7 @@ first one seen, and what it adds and removes.
 Pure: the store keeps the first sets it records (worker/stores), `gate` the ones of its own
 input (FirstRequiredSets); both compare with drift_from(), so a row drifts in one exactly when
 it drifts in the other. Only a metric-valid row with a contract version and a case ID takes
-part (an invalid row's list is not a set), as worker.stores.attempts.required_set_json has it.
+part (an invalid row's list is not a set), as worker.stores.codec.required_set_json has it.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ OutcomeKey = tuple[str, str]
 
 def outcome_key(judged: Judged) -> OutcomeKey:
     """Two outcomes are the same exactly when their keys are equal: the stores' definition
-    (worker/stores/base.py outcome_json()), the value spelled by the same value_json() and the
+    (worker/stores/contract.py outcome_json()), the value spelled by the same value_json() and the
     reason verbatim. A test holds the two together."""
     return value_json(judged.value), judged.reason
 

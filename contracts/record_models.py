@@ -94,7 +94,7 @@ class Attempt(Record):
     # which are a pure function of them and the lists: an attempt read without those two
     # fields gets them derived (_derived). None in attempts stored before they were kept.
     # Storage only: never dumped (`show`, alert lines and webhooks print what they did), so a
-    # store spells them itself (worker/stores/attempts.py).
+    # store spells them itself (worker/stores/codec.py).
     answer_length: int | None = Field(default=None, exclude=True)
     expected_evidence: dict[str, list[str]] | None = Field(default=None, exclude=True)
 

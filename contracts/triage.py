@@ -146,7 +146,7 @@ def findings_of(
     that order, then each citation of an unknown claim in citation order, then each uncited
     supported claim in sorted order. Each citation's claim ID is stripped once: this runs on
     every message. Its parts are what a stored attempt keeps, so a store derives an attempt's
-    findings on read rather than keeping them (worker/stores/attempts.py)."""
+    findings on read rather than keeping them (worker/stores/codec.py)."""
     strip = str.strip
     required = _claims(required_claim_ids)
     supported = _claims(supported_claim_ids)

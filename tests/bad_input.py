@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import EXAMPLES
 from worker.cli import main
 from worker.cli.exit_codes import INVALID
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 PROG = "evidence-worker"
 ROWS = str(EXAMPLES / "release-rows.jsonl")

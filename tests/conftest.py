@@ -23,7 +23,7 @@ from tests import servers
 from tests.servers import servers_need_the_mark  # noqa: F401  (an autouse fixture)
 from worker.cli import main
 from worker.cli.progress import Progress
-from worker.runtime import collector
+from worker.runtime import gc_tuning
 
 ALERT_LINES = frozenset({"evidence_coverage.nondeterminism", "evidence_coverage.contract_drift"})
 
@@ -88,19 +88,19 @@ PRIVATE_REDIS = pytest.StashKey[servers.PrivateRedis]()
 @pytest.fixture(autouse=True, scope="session")
 def settle_walks_the_run_alone() -> Iterator[None]:
     """`score` settles the collector as a process that has just started does: a full
-    collection, then the heap frozen (worker/runtime/collector.py). In a test process that
+    collection, then the heap frozen (worker/runtime/gc_tuning.py). In a test process that
     collection walked the whole suite's heap, imports and collected tests, on every in-process
     `score` run: most of the fast lane's CPU (docs/development.md, "How long"). The suite's
     heap is frozen first, so it walks what the run made, as a real process walks its start-up
     heap; restore() unfreezes both, and the collector is left as it was (test_score_gc)."""
-    settle = collector.settle
+    settle = gc_tuning.settle
 
     def settle_after_the_suite() -> tuple[int, int, int]:
         gc.freeze()
         return settle()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(collector, "settle", settle_after_the_suite)
+        patch.setattr(gc_tuning, "settle", settle_after_the_suite)
         yield
 
 

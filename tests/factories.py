@@ -161,8 +161,8 @@ def age_ledger(store: Any, by: timedelta) -> None:
     """Move every open ledger entry's noted time `by` into the past, as if the store's clock
     had run on: a store stamps entries by its own clock (Redis TIME, SQLite's machine), which
     a test cannot set."""
-    from worker.stores.sqlite import SQLiteStore
-    from worker.stores.sqlite_transaction import immediate
+    from worker.stores.sqlite.sqlite_store import SQLiteStore
+    from worker.stores.sqlite.sqlite_transaction import immediate
 
     store = getattr(store, "inner", store)  # a DurableStore's
     if isinstance(store, SQLiteStore):

@@ -7,7 +7,7 @@
         client.publish(message)              # after grading
 
 No Celery import is needed by the caller; messages are validated before they are sent, and
-noted in the store's publish ledger first (worker/stores/ledger.py), so `reconcile` can find
+noted in the store's publish ledger first (worker/stores/contract.py), so `reconcile` can find
 any that a broker loses. A publish that raises sent nothing (its note stays unconfirmed: nobody
 will send it); one the broker took whose note the store could not confirm returns its task id
 and logs a WARNING `evidence_coverage.ledger_unconfirmed`. With `sample_rate=R`, a client

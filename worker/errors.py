@@ -43,7 +43,7 @@ class StoreBusy(TransientError):
 class SentUnconfirmed(TransientError):
     """Raised when the broker took a publisher's messages but the store could not confirm
     their ledger notes: they were sent, and reconcile will not find them if the broker loses
-    them (worker/stores/ledger.py). `sent`: how many messages."""
+    them (worker/stores/contract.py). `sent`: how many messages."""
 
     def __init__(self, message: str, *, sent: int) -> None:
         super().__init__(message)

@@ -1,5 +1,5 @@
 """A throwaway Redis master with one replica, on free ports of their own, for the tests of
-writes that wait for replicas (worker/stores/replicas.py).
+writes that wait for replicas (worker/stores/redis/replicas.py).
 
 The replica can be paused (SIGSTOP): it keeps its connection, so the master still counts it
 as connected, but it acknowledges nothing, as a replica that lags behind a failover would.

@@ -20,10 +20,10 @@ from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.factories import TWO_THIRDS_REASON
 from worker.stores import ResultStore
-from worker.stores.keys import attempts_key, outcome_key
-from worker.stores.redis import RedisStore
-from worker.stores.redis_cluster import RedisClusterStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.redis.keys import attempts_key, outcome_key
+from worker.stores.redis.redis_cluster import RedisClusterStore
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 HASH = "a" * 64
 OTHER_HASH = "b" * 64

@@ -13,11 +13,11 @@ from contracts import Alert
 from tests import factories
 from tests.integration.store_factories import CLUSTER, REDIS, StoreFactory, store_factory
 from worker.stores import ResultStore
-from worker.stores import redis as redis_store
-from worker.stores import sqlite as sqlite_store
-from worker.stores.base import ALERT_CLOCK_MARGIN
-from worker.stores.keys import alerts_key
-from worker.stores.redis import RedisStore
+from worker.stores.contract import ALERT_CLOCK_MARGIN
+from worker.stores.redis import redis_store
+from worker.stores.redis.keys import alerts_key
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite import sqlite_store
 
 HOUR = timedelta(hours=1)
 

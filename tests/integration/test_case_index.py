@@ -17,10 +17,10 @@ from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.integration.store_factories import StoreFactory, make_redis_store, make_store, store
 from worker.stores import ResultStore
-from worker.stores.base import recorded_ms
-from worker.stores.keys import case_key, outcome_key
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from worker.stores.contract import recorded_ms
+from worker.stores.redis.keys import case_key, outcome_key
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SCHEMA_VERSION, SQLiteStore
 
 __all__ = ["make_redis_store", "make_store", "store"]  # the fixtures, shared with test_stores
 

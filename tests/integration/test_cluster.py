@@ -41,8 +41,8 @@ from worker.bench.launch import worker_command
 from worker.constants import SCORE_BATCH
 from worker.errors import TransientError
 from worker.stores import LedgerEntry
-from worker.stores.redis import RECORD_LUA
-from worker.stores.redis_cluster import RedisClusterStore
+from worker.stores.redis.redis_cluster import RedisClusterStore
+from worker.stores.redis.redis_store import RECORD_LUA
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from tests.integration.redis_cluster import Cluster, free_ports
 from tests.integration.worker_harness import Worker, check_first_outcomes, send_scores
 from worker.settings import Settings
 from worker.stores import open_store
-from worker.stores.redis_cluster import RedisClusterStore
+from worker.stores.redis.redis_cluster import RedisClusterStore
 
 pytestmark = pytest.mark.integration
 

@@ -24,10 +24,10 @@ from tests.integration.store_factories import (
 )
 from worker.settings import DEAD_LETTER_MAX_BYTES
 from worker.stores import DeadLetter, ResultStore
-from worker.stores.keys import dead_letters_key
-from worker.stores.ledger import LedgerEntry
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.contract import LedgerEntry
+from worker.stores.redis.keys import dead_letters_key
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from tests.integration.worker_harness import (
 from worker.cli import main
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.stores import DeadLetter
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ from tests.factories import ledger_entry as entry
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, OTHER_HASH, StoreFactory, attempt
 from worker.stores import DeadLetter, ResultStore
-from worker.stores.keys import ledger_key, ledger_task_key
-from worker.stores.redis import RedisStore
-from worker.stores.redis_ledger import LEDGER_PAGE
+from worker.stores.redis.keys import ledger_key, ledger_task_key
+from worker.stores.redis.redis_ledger import LEDGER_PAGE
+from worker.stores.redis.redis_store import RedisStore
 
 make_store = suite.make_store
 make_redis_store = suite.make_redis_store

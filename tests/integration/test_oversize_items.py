@@ -31,7 +31,7 @@ from tests.integration.worker_harness import (
     queue_length,
 )
 from worker.runtime.consumer import NOT_AN_ENVELOPE, WHOLE_BYTES, WHOLE_SHA256, item_limit
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

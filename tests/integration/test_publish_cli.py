@@ -42,7 +42,7 @@ from worker.cli.exit_codes import INVALID, OK
 from worker.constants import SCORE, SCORE_BATCH
 from worker.human_counts import counted
 from worker.runtime.consumer import ENVELOPE_BYTES
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 from worker.upstream.publishing import BATCH_ENVELOPE_BYTES
 
 pytestmark = pytest.mark.integration

@@ -31,9 +31,9 @@ from tests.integration.worker_harness import REDIS_PORT, STORE_URL
 from worker.cli.exit_codes import INVALID, OK
 from worker.settings import Settings
 from worker.stores import ResultStore, open_store
-from worker.stores.redis import RedisStore
-from worker.stores.redis_cluster import RedisClusterStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.redis.redis_cluster import RedisClusterStore
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 from worker.upstream.publishing import NOTE_CHUNK
 
 pytestmark = pytest.mark.integration

@@ -33,8 +33,8 @@ from tests.integration.worker_harness import (
     send_scores,
 )
 from worker.constants import SCORE
-from worker.stores.keys import outcome_key
-from worker.stores.redis import RedisStore
+from worker.stores.redis.keys import outcome_key
+from worker.stores.redis.redis_store import RedisStore
 from worker.upstream.publishing import send
 
 pytestmark = pytest.mark.integration

@@ -29,7 +29,7 @@ from tests.conftest import EXAMPLES, ROOT
 from tests.factories import procfile_worker, without_progress
 from tests.integration.worker_harness import REDIS_PORT, Launcher, Worker
 from worker.cli import exit_codes as runs
-from worker.stores.base import History
+from worker.stores.contract import History
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from tests.integration.worker_harness import (
 from worker.cli import main
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.settings import Settings
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 from worker.upstream.publishing import publish_lines
 
 pytestmark = pytest.mark.integration

@@ -34,7 +34,7 @@ from worker.constants import RECONCILE
 from worker.pipeline.service import Service
 from worker.runtime.celery_app import create_app
 from worker.settings import Settings
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.integration.store_factories import write_version_0_sqlite
 from worker.stores import ResultStore
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 pytestmark = pytest.mark.integration
 

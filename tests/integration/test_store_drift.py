@@ -17,7 +17,7 @@ from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.integration.store_factories import CLUSTER, REDIS, StoreFactory, store_factory
 from worker.stores import ResultStore
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 VERSION = "support-faq/2026-10"
 THREE = ["refund-window", "refund-method", "support-channel"]

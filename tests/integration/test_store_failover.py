@@ -42,7 +42,7 @@ from worker.constants import TASK_FAILED, UNRECORDABLE
 from worker.errors import TransientError
 from worker.settings import Settings
 from worker.stores import open_store
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 from worker.upstream.publishing import outgoing, send_noted
 
 pytestmark = pytest.mark.integration

@@ -29,9 +29,9 @@ from tests.integration.worker_harness import REDIS_PORT
 from worker.errors import TransientError
 from worker.pipeline.scoring import Delivery, process_many, write_ids
 from worker.stores import Recorded, ResultStore
-from worker.stores.keys import alerts_key, outcome_key
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from worker.stores.redis.keys import alerts_key, outcome_key
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SCHEMA_VERSION, SQLiteStore
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from tests.integration.worker_harness import (
 )
 from worker.constants import TASK_FAILED, UNRECORDABLE
 from worker.observability.metrics import MULTIPROC_ENV
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

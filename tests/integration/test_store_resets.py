@@ -26,7 +26,7 @@ from tests.integration import worker_harness as harness
 from tests.integration.fault_proxy import FaultProxy
 from tests.integration.worker_harness import BROKER_URL, RedisServer, Worker, hash_of
 from worker.settings import Settings
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 from worker.upstream.publishing import publish_lines
 
 pytestmark = pytest.mark.integration

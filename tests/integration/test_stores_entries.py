@@ -18,9 +18,9 @@ from tests.factories import ONE_THIRD_REASON
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, attempt
 from worker.stores import History, ResultStore
-from worker.stores.keys import outcome_key
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.redis.keys import outcome_key
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 # The store suite's fixtures: every store kind (SQLite, fakeredis, real Redis) in turn.
 make_store = suite.make_store

@@ -13,8 +13,8 @@ from worker.errors import ConfigurationError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import Settings
 from worker.stores import open_store
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 pytestmark = pytest.mark.integration
 

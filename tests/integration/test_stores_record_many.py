@@ -14,7 +14,7 @@ from tests.factories import ledger_entry
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, OTHER_HASH, TWO_THIRDS, StoreFactory, attempt
 from worker.stores import DeadLetter, History, Recorded, ResultStore
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 # The store suite's fixtures: every store kind (SQLite, fakeredis, real Redis) in turn.
 make_store = suite.make_store

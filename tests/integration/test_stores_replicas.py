@@ -28,8 +28,8 @@ from worker.cli.exit_codes import INVALID, OK
 from worker.errors import TransientError
 from worker.settings import Settings
 from worker.stores import DeadLetter, Recorded, open_store
-from worker.stores.keys import dead_letters_key, lease_key, ledger_task_key, outcome_key
-from worker.stores.redis import RedisStore
+from worker.stores.redis.keys import dead_letters_key, lease_key, ledger_task_key, outcome_key
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

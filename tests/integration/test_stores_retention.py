@@ -20,9 +20,9 @@ from tests.conftest import FIXED_NOW, Run
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, StoreFactory
 from worker.stores import Recorded
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
-from worker.stores.sqlite_prune import Pruned
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_prune import Pruned
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 pytestmark = pytest.mark.integration
 

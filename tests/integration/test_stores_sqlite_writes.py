@@ -14,8 +14,8 @@ from tests.conftest import FIXED_NOW
 from tests.integration.store_factories import HASH, attempt
 from worker.errors import TransientError
 from worker.stores import DeadLetter
-from worker.stores.sqlite import SQLiteStore
-from worker.stores.sqlite_transaction import immediate
+from worker.stores.sqlite.sqlite_store import SQLiteStore
+from worker.stores.sqlite.sqlite_transaction import immediate
 
 
 def fill(store: SQLiteStore) -> None:

@@ -16,7 +16,7 @@ from tests import factories
 from tests.conftest import FIXED_NOW
 from tests.integration.store_factories import StoreFactory, make_redis_store, make_store, store
 from worker.stores import ResultStore, time_order
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 __all__ = ["make_redis_store", "make_store", "store"]  # the fixtures, shared with test_stores
 

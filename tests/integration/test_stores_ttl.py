@@ -10,9 +10,9 @@ from tests.conftest import FIXED_NOW
 from tests.integration import store_factories as suite
 from tests.integration.store_factories import HASH, StoreFactory, attempt
 from worker.stores import History, Recorded
-from worker.stores.keys import attempts_key, outcome_key
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.redis.keys import attempts_key, outcome_key
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 # The store suite's fixtures: every store kind (SQLite, fakeredis, real Redis) in turn.
 make_redis_store = suite.make_redis_store

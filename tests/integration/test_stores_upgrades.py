@@ -22,7 +22,7 @@ from tests.integration.store_factories import (
 )
 from worker.errors import ConfigurationError
 from worker.stores import History
-from worker.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from worker.stores.sqlite.sqlite_store import SCHEMA_VERSION, SQLiteStore
 
 # The store suite's fixtures: every store kind (SQLite, fakeredis, real Redis) in turn.
 make_legacy_store = suite.make_legacy_store

@@ -44,7 +44,7 @@ from worker.cli import main
 from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores import open_store
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 # The machine's RabbitMQ, one module at a time across processes (worker_harness.rabbitmq_turn).

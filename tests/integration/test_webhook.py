@@ -31,7 +31,7 @@ from tests.integration.worker_harness import (
 )
 from worker.pipeline.alert_delivery import JOIN_GRACE_SECONDS, SOURCE_OF_TRUTH, UNDELIVERED
 from worker.settings import WEBHOOK_DRAIN_SECONDS
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

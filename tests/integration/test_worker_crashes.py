@@ -38,7 +38,7 @@ from tests.integration.worker_harness import (
 from worker.constants import SCORE_BATCH
 from worker.runtime.celery_app import celery_config
 from worker.settings import Settings
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from worker.constants import SCORE, SCORE_BATCH
 from worker.errors import InputError
 from worker.pipeline.intake import check_encodable, parse_message
 from worker.settings import Settings
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

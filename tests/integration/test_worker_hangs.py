@@ -42,7 +42,7 @@ from worker.cli import main
 from worker.cli.exit_codes import OK
 from worker.runtime.consumer import guard_redis_transport
 from worker.settings import DEAD_LETTER_MAX_BYTES
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

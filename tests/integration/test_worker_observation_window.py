@@ -17,7 +17,7 @@ from contracts.record_models import SCORED
 from tests.conftest import BASE_MESSAGE
 from tests.integration import worker_harness as harness
 from tests.integration.worker_harness import Worker, hash_of, send_scores
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

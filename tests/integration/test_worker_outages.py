@@ -29,7 +29,7 @@ from tests.integration.worker_harness import (
     unacked_count,
 )
 from worker.settings import read_policy_file
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from tests.integration import worker_harness as harness
 from tests.integration.fault_helpers import MessageFactory, distinct
 from tests.integration.worker_harness import Worker, check_first_outcomes, hash_of
 from worker.constants import SCORE
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

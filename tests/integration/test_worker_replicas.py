@@ -27,8 +27,8 @@ from tests.integration.worker_harness import (
     send_scores,
     unacked_count,
 )
-from worker.stores.keys import outcome_key
-from worker.stores.redis import RedisStore
+from worker.stores.redis.keys import outcome_key
+from worker.stores.redis.redis_store import RedisStore
 
 pytestmark = pytest.mark.integration
 

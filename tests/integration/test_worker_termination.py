@@ -21,7 +21,7 @@ import redis
 from contracts.record_models import SCORED
 from tests.integration import worker_harness
 from tests.integration.worker_harness import RedisServer, Worker, hash_of, send_scores
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 start_worker = worker_harness.start_worker
 redis_server = worker_harness.redis_server

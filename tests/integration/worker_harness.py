@@ -35,8 +35,8 @@ from worker.bench.launch import worker_command
 from worker.constants import SCORE
 from worker.runtime.celery_app import create_app
 from worker.settings import Settings
-from worker.stores.base import History
-from worker.stores.redis import RedisStore
+from worker.stores.contract import History
+from worker.stores.redis.redis_store import RedisStore
 
 ROOT = Path(__file__).resolve().parents[2]
 # The Redis of the broker and the store: the machine's, or under pytest-xdist this worker's own.

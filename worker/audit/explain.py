@@ -15,7 +15,7 @@ from contracts.drift import Drift
 from contracts.judging import Judgement, judge_kept
 from contracts.record_models import KeptCitation
 from contracts.triage import Finding, FindingName, review_note
-from worker.stores.base import History, classify
+from worker.stores.contract import History, classify
 
 NOT_KEPT: Final = "not kept by this store"
 NOT_DECIDED: Final = "not decided: pass --policy/--min-coverage"

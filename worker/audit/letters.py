@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from worker.pipeline.intake import case_id_of
-from worker.stores.base import DeadLetter
+from worker.stores.contract import DeadLetter
 
 Origin = Literal["worker", "score"]
 # `score` names its deliveries score-<run>-<line> (worker/cli/score.py); letters written

@@ -26,7 +26,7 @@ from contracts.grader_stability import (
 )
 from contracts.record_models import SCORED
 from worker.stores import OutcomeStore
-from worker.stores.base import History
+from worker.stores.contract import History
 
 HISTORY_PAGE = 500  # input hashes whose histories one round trip reads
 

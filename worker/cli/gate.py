@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from contracts import AttributionResult, Policy, ReleaseRow
     from contracts.drift import Drift
     from worker.stores import ResultStore
-    from worker.stores.base import FirstRequired
+    from worker.stores.contract import FirstRequired
 
 DEFAULT_MAX_BYTES = Settings.model_fields["max_message_bytes"].default
 

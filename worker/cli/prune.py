@@ -16,7 +16,7 @@ from worker.errors import ConfigurationError
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from worker.stores.sqlite_prune import Pruned
+    from worker.stores.sqlite.sqlite_prune import Pruned
 
 
 def register(commands: Any) -> None:
@@ -57,7 +57,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from worker.stores.sqlite import SQLiteStore
+    from worker.stores.sqlite.sqlite_store import SQLiteStore
 
     now = datetime.now(UTC)
     before: datetime | None = args.before

@@ -33,7 +33,7 @@ from contracts.trusted import trusted
 from worker.pipeline.intake import case_id_of, storable
 from worker.pipeline.redaction import excerpt
 from worker.stores import DeadLetter, OutcomeStore, Recorded
-from worker.stores.ledger import write_id as ledger_write_id
+from worker.stores.contract import write_id as ledger_write_id
 
 WORKER_VERSION = version("evidence-coverage-worker")
 VERSIONS = (METRIC_VERSION, RAGAS_VERSION, WORKER_VERSION)  # a record's, in its order
@@ -271,7 +271,7 @@ def write_ids(deliveries: Sequence[Delivery]) -> list[str | None]:
     A retry of a task (the store's reply was lost, the worker died before the ack) hands the
     same messages over in the same order, so it sends the same ids, and the store returns
     what each write found the first time instead of recording it again. The publish ledger
-    keys its entries by the same ids (worker/stores/ledger.py).
+    keys its entries by the same ids (worker/stores/contract.py).
     """
     positions: dict[str, int] = {}
     ids: list[str | None] = []

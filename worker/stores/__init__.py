@@ -1,5 +1,6 @@
-"""Result stores: the interface every store meets (ResultStore: outcomes, audit trail, publish
-ledger, leases and dead letters, base.py and ledger.py), on SQLite (embedded) or Redis (one
+"""Result stores, by backend: the interface every store meets and the types they share
+(contract.py; ResultStore: outcomes, audit trail, publish ledger, leases and dead letters), the
+one spelling of what they keep (codec.py), on SQLite (sqlite/: embedded) or Redis (redis/: one
 server or a Redis Cluster); open_store() opens the one a URL names."""
 
 from __future__ import annotations
@@ -10,17 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worker.errors import ConfigurationError
-from worker.stores.base import (
+from worker.stores.contract import (
     AuditTrail,
     DeadLetter,
     History,
+    Ledger,
+    LedgerEntry,
     OutcomeStore,
     Recorded,
     ResultStore,
     classify,
     outcome_json,
 )
-from worker.stores.ledger import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from worker.settings import Settings
@@ -62,7 +64,7 @@ def describe_url(url: str, settings: Settings) -> str:
 
     if not url.startswith(("redis://", "rediss://")):
         return masked_url(url)
-    from worker.stores.redis_cluster import cluster_name
+    from worker.stores.redis.redis_cluster import cluster_name
 
     options = settings.redis_tls_options() if url.startswith("rediss://") else None
     try:
@@ -77,7 +79,7 @@ def open_store(url: str, settings: Settings, *, read_only: bool = False) -> Resu
     `read_only`: for a command that only reads (a SQLite file is opened for reading; a Redis
     connection is the same either way)."""
     if url.startswith(SQLITE_PREFIX):
-        from worker.stores.sqlite import SQLiteStore
+        from worker.stores.sqlite.sqlite_store import SQLiteStore
 
         path = url.removeprefix(SQLITE_PREFIX)
         if not path:
@@ -94,7 +96,7 @@ def open_store(url: str, settings: Settings, *, read_only: bool = False) -> Resu
         )
     if url.startswith(("redis://", "rediss://", "unix://")):
         from worker.settings import redis_db
-        from worker.stores.redis import RedisStore
+        from worker.stores.redis.redis_store import RedisStore
 
         db = 0
         if not url.startswith("unix://"):
@@ -111,14 +113,14 @@ def open_store(url: str, settings: Settings, *, read_only: bool = False) -> Resu
             "attempts_ttl_seconds": settings.attempts_ttl_seconds,
             "dead_letter_max_bytes": settings.dead_letter_max_bytes,
             "ledger_ttl_seconds": settings.ledger_ttl_seconds,
-            # Writes wait for replicas (worker/stores/replicas.py).
+            # Writes wait for replicas (worker/stores/redis/replicas.py).
             "min_replicas": settings.store_min_replicas,
             "replica_timeout_ms": settings.store_replica_timeout_ms,
         }
         if not url.startswith("unix://") and _is_cluster(
             url, db, client_options, declared=settings.store_cluster
         ):
-            from worker.stores.redis_cluster import RedisClusterStore
+            from worker.stores.redis.redis_cluster import RedisClusterStore
 
             return RedisClusterStore.from_url(url, client_options=client_options, **options)
         return RedisStore.from_url(url, client_options=client_options, **options)
@@ -207,7 +209,7 @@ def _node_masters(url: str, client_options: Mapping[str, Any] | None, name: str)
     ConfigurationError, a server that does not answer a RedisError."""
     import redis
 
-    from worker.stores.redis_cluster import cluster_masters
+    from worker.stores.redis.redis_cluster import cluster_masters
 
     probe = redis.Redis.from_url(
         url, socket_timeout=5, socket_connect_timeout=5, **(client_options or {})

@@ -22,15 +22,15 @@ from typing import Any, TypeVar
 from contracts import Attempt
 from contracts.record_models import AnyAlert
 from worker.errors import TransientError
-from worker.stores.base import (
+from worker.stores.contract import (
     DeadLetter,
     FirstRequired,
     History,
+    LedgerEntry,
     Recorded,
     RecordOne,
     ResultStore,
 )
-from worker.stores.ledger import LedgerEntry
 
 T = TypeVar("T")
 

@@ -33,7 +33,7 @@ def cluster_identity(client: Any) -> str | None:
     the cluster knows (CLUSTER NODES; a failed master stays listed until it is forgotten), the
     same whichever node answers. Adding or forgetting a node makes it another name.
     """
-    from worker.stores.redis_cluster import cluster_enabled
+    from worker.stores.redis.redis_cluster import cluster_enabled
 
     if not cluster_enabled(client):
         return None

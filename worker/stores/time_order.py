@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from datetime import datetime
 from typing import IO, Final
 
-from worker.stores.base import utc_ms
+from worker.stores.contract import utc_ms
 
 SortKey = tuple[int, str]  # (recorded_ms, input hash): base.recorded_ms() of the first attempt
 

@@ -15,7 +15,7 @@ from contracts.sampling import sampled
 from worker.constants import PUBLISHED_AT_HEADER, SCORE, SCORE_BATCH
 from worker.errors import InputError, SentUnconfirmed
 from worker.pipeline.intake import parse_message
-from worker.stores.ledger import Ledger, LedgerEntry
+from worker.stores.contract import Ledger, LedgerEntry
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -205,7 +205,7 @@ def send_noted(
 ) -> None:
     """Note every message of `tasks` in the ledger, not sent yet (one round trip), send the
     tasks, calling `on_sent` after each one the broker took, then confirm the notes of those
-    the broker took (worker/stores/ledger.py), also when a send failed.
+    the broker took (worker/stores/contract.py), also when a send failed.
 
     Noted first: a message is never on the broker without its entry, so the worker can
     never record one before its entry exists (which would leave the entry open for ever).

@@ -22,8 +22,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 from worker.constants import SCORE
-from worker.stores.base import DeadLetter
-from worker.stores.ledger import Ledger, LedgerEntry
+from worker.stores.contract import DeadLetter, Ledger, LedgerEntry
 from worker.upstream.publishing import NOTE_CHUNK, Outgoing, as_sent, send_noted
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@ the worker to close their entries (`evidence-worker dead-letters replay`).
 
 A replayed message is noted in the ledger under its replay's write id, then sent; the
 worker's record of it, or its dead letter if it is rejected again, closes that entry in the
-same store call (worker/stores/ledger.py). So an entry found closed means the replay is
+same store call (worker/stores/contract.py). So an entry found closed means the replay is
 recorded or dead-lettered anew: only then may its letter go. A replay that dies before that
 leaves the letter, and the next replay sends it under the same task id (audit.letters.
 replay_task_id): the same write, which the store recognises and records nothing new for.
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from contracts import AttributionResult
 from worker.constants import SCORE
-from worker.stores.ledger import Ledger
+from worker.stores.contract import Ledger
 from worker.upstream.publishing import Outgoing, as_sent, ledger_entry, send_noted
 
 if TYPE_CHECKING:

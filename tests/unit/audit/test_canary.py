@@ -14,7 +14,7 @@ from tests import factories
 from tests.conftest import FIXED_NOW
 from worker.audit.canary import run_canary, sample
 from worker.cli import main
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 
 def attempt(value: float | None, reason: str, **overrides: Any) -> Attempt:

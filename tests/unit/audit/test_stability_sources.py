@@ -19,8 +19,8 @@ from worker.audit import stability_sources
 from worker.audit.stability_sources import Stability, records_stability, store_stability
 from worker.pipeline.scoring import process
 from worker.stores import OutcomeStore
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 OLD = GraderId("claim-attributor", "3.2.0", "gpt-4o-mini-2024-07-18")
 NEW = GraderId("claim-attributor", "4.0.0", "gpt-4.1-mini")

@@ -13,7 +13,7 @@ from contracts import Alert
 from tests import factories
 from tests.conftest import FIXED_NOW, Run
 from worker.cli import main
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 HOUR = timedelta(hours=1)
 

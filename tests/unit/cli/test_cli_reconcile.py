@@ -14,7 +14,7 @@ from tests.factories import age_ledger, ledger_entry
 from worker.cli import main
 from worker.cli.exit_codes import OK, UNRECORDED
 from worker.cli.reconcile import duration
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 HASH = "ab" * 32  # the factory's
 SECRET = '{"answer": "not printed"}'

@@ -25,7 +25,7 @@ from contracts.grader_stability import (
 from contracts.outcomes import Outcome
 from tests.conftest import BASE_MESSAGE
 from tests.factories import attempt
-from worker.stores.base import classify
+from worker.stores.contract import classify
 
 GRADER = GraderId("claim-attributor", "3.2.0", "gpt-4o-mini-2024-07-18")
 TWO_THIRDS = Outcome(value=2 / 3, reason="supported=2; required=3; missing=refund-method")

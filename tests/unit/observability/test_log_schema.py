@@ -32,7 +32,7 @@ from worker.observability.logging import (
 )
 from worker.pipeline.scoring import process, rejected_record
 from worker.settings import Settings, load_settings
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 SCHEMAS = ROOT / "contracts" / "schemas"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -138,7 +138,7 @@ def test_a_records_alert_lines_follow_its_own_line() -> None:
     from worker.pipeline.scoring import Delivery
     from worker.pipeline.service import Service
     from worker.settings import Settings
-    from worker.stores.redis import RedisStore
+    from worker.stores.redis.redis_store import RedisStore
 
     stream = io.StringIO()
     configure_logging(stream=stream)

@@ -22,7 +22,7 @@ from worker.pipeline.scoring import (
     process_many,
     rejected_record,
 )
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"
 ONE_THIRD_REASON = "supported=1; required=3; missing=refund-method,support-channel"

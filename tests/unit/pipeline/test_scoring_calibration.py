@@ -12,7 +12,7 @@ import pytest
 from contracts import AttributionResult, Policy, PolicyError, parse_policy
 from worker.observability.logging import record_fields
 from worker.pipeline.scoring import process
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 MessageFactory = Callable[..., AttributionResult]
 PREVIOUS = 'version = "2026-11-01"\n[groups.default]\nmin_coverage = 0.6\n'

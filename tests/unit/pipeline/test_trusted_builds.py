@@ -16,7 +16,7 @@ from contracts.triage import Finding
 from tests.unit.contracts.test_trusted import same_as_validated
 from worker.bench.drain import sample_messages
 from worker.pipeline.scoring import Delivery, build_record, judge, make_attempt
-from worker.stores.sqlite import SQLiteStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
 
 NOW = datetime(2026, 12, 6, 12, 0, 0, 123456, tzinfo=UTC)
 POLICY = Policy(version="v1", groups={"default": PolicyGroup(min_coverage=0.75)})

@@ -25,7 +25,7 @@ from worker.errors import TransientError
 from worker.runtime.celery_app import create_app
 from worker.settings import Settings
 from worker.stores import DeadLetter, Recorded
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 MessageFactory = Callable[..., dict[str, Any]]
 TWO_THIRDS_REASON = "supported=2; required=3; missing=refund-method"

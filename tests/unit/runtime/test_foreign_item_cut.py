@@ -32,7 +32,7 @@ from worker.runtime.consumer import (
 )
 from worker.settings import DEAD_LETTER_MAX_BYTES, Settings
 from worker.stores import DeadLetter
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 ITEM_LIMIT = item_limit(1, 1)  # the smallest the settings allow: 8,194 bytes
 OVERSIZE = "not a message envelope: the queue item is 9101 bytes, over the 8194-byte limit"

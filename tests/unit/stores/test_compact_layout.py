@@ -16,7 +16,7 @@ from contracts.policy import PolicyGroup, parse_policy
 from worker.bench.drain import sample_messages
 from worker.pipeline.scoring import Delivery, judge, make_attempt
 from worker.stores import outcome_json
-from worker.stores.attempts import (
+from worker.stores.codec import (
     Expander,
     _shared_head_spelled,
     derivable,

@@ -17,8 +17,8 @@ from worker.pipeline.scoring import Delivery
 from worker.pipeline.service import Service
 from worker.settings import DEAD_LETTER_MAX_BYTES, Settings
 from worker.stores import DeadLetter
-from worker.stores.keys import dead_letters_key
-from worker.stores.redis import RedisStore
+from worker.stores.redis.keys import dead_letters_key
+from worker.stores.redis.redis_store import RedisStore
 
 PREFIX = "unit-dead"
 HUNDRED_MB = 100 * 1024 * 1024

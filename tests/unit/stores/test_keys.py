@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.stores.keys import case_key, contract_key
+from worker.stores.redis.keys import case_key, contract_key
 
 # Any text a message may carry in a case ID or contract version: lone surrogates included.
 TEXTS = st.text(st.characters(codec=None, exclude_categories=()), max_size=12)

@@ -9,9 +9,9 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from worker.stores.redis import RedisStore
-from worker.stores.sqlite import SQLiteStore
-from worker.stores.sqlite_transaction import immediate
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.sqlite.sqlite_store import SQLiteStore
+from worker.stores.sqlite.sqlite_transaction import immediate
 
 
 @pytest.fixture(params=["sqlite", "redis"])

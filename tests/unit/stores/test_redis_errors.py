@@ -13,7 +13,7 @@ import redis
 from redis._parsers.base import BaseParser
 
 from worker.errors import StoreBusy, TransientError
-from worker.stores.redis import RedisStore
+from worker.stores.redis.redis_store import RedisStore
 
 AOF_FULL = "MISCONF Errors writing to the AOF file: No space left on device"
 RDB_FAILED = (

@@ -17,8 +17,8 @@ from tests.factories import attempt, ledger_entry
 from worker.errors import ConfigurationError, StoreBusy, TransientError
 from worker.settings import Settings, load_settings
 from worker.stores import DeadLetter
-from worker.stores.redis import RedisStore
-from worker.stores.replicas import (
+from worker.stores.redis.redis_store import RedisStore
+from worker.stores.redis.replicas import (
     MARK_TTL_SECONDS,
     REPLICAS_CHECK_SECONDS,
     ReplicaCount,

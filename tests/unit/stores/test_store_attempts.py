@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from contracts import Attempt
 from tests.conftest import FIXED_NOW
 from worker.stores import classify, outcome_json
-from worker.stores.attempts import (
+from worker.stores.codec import (
     DRIFTED_TAIL,
     OUTCOME_FIELDS,
     OWN_FIELDS,

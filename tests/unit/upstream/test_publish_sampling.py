@@ -14,7 +14,7 @@ from celery import Celery
 from contracts.sampling import sampled
 from tests.conftest import BASE_MESSAGE
 from worker.constants import SCORE, SCORE_BATCH
-from worker.stores.ledger import LedgerEntry
+from worker.stores.contract import LedgerEntry
 from worker.upstream.publishing import Published, publish_lines
 
 # Sample points (contracts/sampling.py): case-3 0.022, case-2 0.204, refund-002 0.252,

@@ -15,7 +15,7 @@ from kombu.exceptions import OperationalError
 
 from tests.conftest import FIXED_NOW
 from worker.errors import SentUnconfirmed, TransientError
-from worker.stores.ledger import LedgerEntry
+from worker.stores.contract import LedgerEntry
 from worker.upstream.publishing import Outgoing, send_noted
 from worker.upstream.reconcile import republish
 

@@ -16,7 +16,7 @@ from contracts.outcomes import CacheOutcome
 from contracts.record_models import AlertKind, AnyAlert, ContractDriftAlert, parse_alert
 from worker.errors import ConfigurationError
 from worker.settings import DEAD_LETTER_MAX_BYTES, LEDGER_TTL_SECONDS
-from worker.stores.attempts import (
+from worker.stores.codec import (
     Expander,
     alert_json,
     drifted,
@@ -24,12 +24,14 @@ from worker.stores.attempts import (
     first_rows,
     keeps_own_entry,
     kept_comparands,
+    letter_json,
+    read_letter,
     required_set_json,
     same_shared_fields,
     shared_json,
     with_first,
 )
-from worker.stores.base import (
+from worker.stores.contract import (
     DeadLetter,
     FirstRequired,
     History,
@@ -41,21 +43,21 @@ from worker.stores.base import (
     recorded_ms,
     utc_ms,
 )
-from worker.stores.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
-from worker.stores.sqlite_letters import SQLiteLetters
-from worker.stores.sqlite_prune import Pruned, prune
-from worker.stores.sqlite_transaction import immediate
+from worker.stores.sqlite.sqlite_ledger import LEDGER_SCHEMA, SQLiteLedger
+from worker.stores.sqlite.sqlite_letters import SQLiteLetters
+from worker.stores.sqlite.sqlite_prune import Pruned, prune
+from worker.stores.sqlite.sqlite_transaction import immediate
 from worker.stores.time_order import ms_bounds
 
 # Version 0 (never set) kept attempts by input hash, every entry a whole attempt; version 1
 # keys them by the outcome's integer id: 64 hex digits fewer per row and per index entry;
 # version 2 adds `writes` (an empty table for a file of version 1: every write to it is new);
-# version 3 adds `ledger` (worker/stores/sqlite_ledger.py), empty as a file is migrated;
+# version 3 adds `ledger` (worker/stores/sqlite/sqlite_ledger.py), empty as a file is migrated;
 # version 4 adds `contracts`, `drifts`, `conflicts_alerted` (empty as a file is migrated: every
 # conflict alerted before is alerted once more) and writes.drift (NULL in rows from before);
 # version 5 adds `case_hashes`, filled as a file is migrated from the case IDs its attempts
 # keep (CASES_FROM_ATTEMPTS); version 6 changes no table: its rows may hold compact firsts
-# (worker/stores/attempts.py), which a version-5 reader cannot read, so it must refuse the file.
+# (worker/stores/codec.py), which a version-5 reader cannot read, so it must refuse the file.
 SCHEMA_VERSION = 6
 SCHEMA = (
     # outcome, shared: the first attempt's outcome_json() and shared_json(), so a later attempt
@@ -70,7 +72,7 @@ SCHEMA = (
         outcome TEXT,
         shared TEXT
     )""",
-    # attempt: an entry as worker.stores.attempts writes it (or a whole attempt, before).
+    # attempt: an entry as worker.stores.codec writes it (or a whole attempt, before).
     """CREATE TABLE IF NOT EXISTS attempts (
         id INTEGER PRIMARY KEY,
         outcome_id INTEGER NOT NULL,
@@ -830,10 +832,7 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         with immediate(self._db):
             self._db.executemany(
                 "INSERT INTO dead_letters (letter) VALUES (?)",
-                [
-                    (letter.bounded(self.dead_letter_max_bytes).model_dump_json(),)
-                    for letter in letters
-                ],
+                [(letter_json(letter, self.dead_letter_max_bytes),) for letter in letters],
             )
             self._db.execute(
                 "DELETE FROM dead_letters WHERE id <= (SELECT MAX(id) FROM dead_letters) - ?",
@@ -847,7 +846,7 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
             " ORDER BY id",
             (max(limit, 0),),
         )
-        return [DeadLetter.model_validate_json(text) for (text,) in rows]
+        return [read_letter(text) for (text,) in rows]
 
     def count_delivery(self, task_id: str) -> int:
         with immediate(self._db):
@@ -871,7 +870,7 @@ class SQLiteStore(RecordOne, SQLiteLedger, SQLiteLetters):
         progress: Callable[[Pruned], None] | None = None,
     ) -> Pruned:
         """Drop expired histories and the entries recorded before `before` (with `outcomes`,
-        the histories first recorded before it too): worker/stores/sqlite_prune.py."""
+        the histories first recorded before it too): worker/stores/sqlite/sqlite_prune.py."""
         return prune(self._db, before=before, now=now, outcomes=outcomes, progress=progress)
 
     def vacuum(self) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from worker.stores.sqlite_transaction import immediate
+from worker.stores.sqlite.sqlite_transaction import immediate
 
 CHUNK = 5_000  # rows per transaction
 # An entry's recorded_at: a JSON object is a whole attempt, an array an entry [case, task, time].

@@ -6,8 +6,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 
-from worker.stores.base import DeadLetter
-from worker.stores.sqlite_transaction import immediate
+from worker.stores.codec import read_letter
+from worker.stores.contract import DeadLetter
+from worker.stores.sqlite.sqlite_transaction import immediate
 
 LETTER_PAGE = 200  # letters per SELECT: a page of bodies, each bounded (DeadLetter.bounded)
 MAX_ROWID = 2**63 - 1
@@ -36,7 +37,7 @@ class SQLiteLetters:
             ).fetchall()
             for row_id, text in rows:
                 up_to = row_id - 1
-                yield str(row_id), DeadLetter.model_validate_json(text)
+                yield str(row_id), read_letter(text)
             if len(rows) < LETTER_PAGE:
                 return
 
@@ -45,7 +46,7 @@ class SQLiteLetters:
         if row_id is None:
             return None
         row = self._db.execute("SELECT letter FROM dead_letters WHERE id = ?", (row_id,)).fetchone()
-        return None if row is None else DeadLetter.model_validate_json(row[0])
+        return None if row is None else read_letter(row[0])
 
     def remove_letters(self, letter_ids: Sequence[str]) -> int:
         row_ids = [row_id for each in letter_ids if (row_id := _row_id(each)) is not None]

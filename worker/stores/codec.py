@@ -19,7 +19,13 @@ both kinds read back as the same Attempt. Fields compare in two groups, each by 
 the outcome by outcome_json() (the definition of "same outcome") and the shared fields
 (claim ID lists, versions, redelivered) by shared_json(), or same_shared_fields(), which says
 the same without building the strings. The Redis script builds entries from the same pieces,
-in Lua (see RECORD_LUA); a store test checks that both stores write the same strings.
+in Lua (record.lua), and names no field itself: the keys it spells or looks for are the
+constants lua_header() writes from the field lists here; a store test checks that both stores
+write the same strings.
+
+This module is the only definition of how a store spells what it keeps: an attempt (above), a
+first attempt's row (first_rows()), an alert of nondeterminism (alert_json()) and a dead letter
+(letter_json(), read_letter()).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import json
 import re
 from collections.abc import Iterable
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses
+from operator import attrgetter
 from typing import Any, Final
 
 import orjson
@@ -37,13 +44,21 @@ from contracts import Alert, Attempt
 from contracts.outcomes import value_json
 from contracts.record_models import KeptCitation
 from contracts.triage import Finding
-from worker.stores.base import outcome_json
+from worker.stores.contract import DeadLetter, outcome_json
 
-# Every Attempt field is in one of three groups (a unit test checks it): a field added to
-# Attempt must be added here and to the functions that spell its group.
+# Every Attempt field is in one of three groups (a unit test checks it), each listed once here,
+# in the order a store spells it: a field added to Attempt is added to its group's list and to
+# the one function that spells the group (_shared_head_fields() for the shared ones, which a
+# unit test holds to SHARED_HEAD_FIELDS' order). Everything else derives from these lists:
+# same_shared_fields(), the keys a whole attempt is spelled with, and the constants the Redis
+# script is given (lua_header()).
 OWN_FIELDS: Final = ("case_id", "task_id", "recorded_at")
 OUTCOME_FIELDS: Final = ("value", "reason")
-SHARED_FIELDS: Final = (
+# answer_length first: a compact first is told by it, and its shared members found by it and
+# required_claim_ids (kept_comparands(), the Redis script). The grader's three names, and the
+# observation window's two fields, are spelled together or not at all (shared_head()).
+SHARED_HEAD_FIELDS: Final = (
+    "answer_length",
     "required_claim_ids",
     "supported_claim_ids",
     "metric_version",
@@ -56,16 +71,33 @@ SHARED_FIELDS: Final = (
     "findings",
     "retrieved_document_ids",
     "policy_group",
-    "contract_drift",
-    "owner",
     "grader_name",
     "grader_version",
     "grader_model",
-    "answer_length",
     "expected_evidence",
     "previous_policy_version",
     "previous_status",
 )
+# The end of the shared members, which the store changes when it finds contract drift.
+DRIFT_FIELDS: Final = ("contract_drift", "owner")
+SHARED_FIELDS: Final = (*SHARED_HEAD_FIELDS, *DRIFT_FIELDS)
+
+# How whole() and the Redis script spell the keys of those fields.
+OWN_KEYS: Final = tuple(("{" if i == 0 else ",") + f'"{n}":' for i, n in enumerate(OWN_FIELDS))
+VALUE_KEY: Final = f'"{OUTCOME_FIELDS[0]}":'
+REASON_KEY: Final = f',"{OUTCOME_FIELDS[1]}":'
+COMPACT_KEY: Final = f'"{SHARED_HEAD_FIELDS[0]}":'
+# Where a compact first (one whose shared_json() starts with answer_length) keeps its shared
+# members: a store keeps no copy of them (the Redis script finds them the same way). Every
+# member before them is a JSON string or number, in which a quote is escaped, so the first
+# match is them; an attempt dumped whole by pydantic writes answer_length after owner, never
+# before required_claim_ids.
+SHARED_START_PARTS: Final = (f",{COMPACT_KEY}", f',"{SHARED_HEAD_FIELDS[1]}":')  # a number between
+SHARED_START: Final = re.compile(
+    re.escape(SHARED_START_PARTS[0]) + r"\d+" + re.escape(SHARED_START_PARTS[1])
+)
+DRIFT_KEYS: Final = tuple(f',"{name}":' for name in DRIFT_FIELDS)
+_shared_values = attrgetter(*SHARED_FIELDS)
 
 
 def own_json(attempt: Attempt) -> tuple[str, str, str]:
@@ -79,7 +111,7 @@ def own_json(attempt: Attempt) -> tuple[str, str, str]:
 
 def outcome_members(attempt: Attempt) -> str:
     """The JSON object members (no braces) of OUTCOME_FIELDS, spelled as outcome_json() is."""
-    return f'"value":{value_json(attempt.value)},"reason":{encode_basestring(attempt.reason)}'
+    return f"{VALUE_KEY}{value_json(attempt.value)}{REASON_KEY}{encode_basestring(attempt.reason)}"
 
 
 def shared_json(attempt: Attempt) -> str:
@@ -181,57 +213,28 @@ def _finding(finding: Finding) -> dict[str, object]:
 
 
 def _shared_head_spelled(attempt: Attempt) -> str:
-    """shared_head() spelled in Python, for what orjson refuses."""
-    parts = []
-    if attempt.answer_length is not None:
-        parts.append(f'"answer_length":{int(attempt.answer_length)}')
-    parts += [
-        f'"required_claim_ids":[{_texts_json(attempt.required_claim_ids)}]',
-        f'"supported_claim_ids":[{_texts_json(attempt.supported_claim_ids)}]',
-        f'"metric_version":{encode_basestring(attempt.metric_version)}',
-        f'"ragas_version":{encode_basestring(attempt.ragas_version)}',
-        f'"worker_version":{encode_basestring(attempt.worker_version)}',
-        f'"redelivered":{"true" if attempt.redelivered else "false"}',
-        f'"contract_version":{_text_json(attempt.contract_version)}',
-        f'"citations":{_citations_json(attempt.citations)}',
-    ]
-    if not derivable(attempt):
-        parts.append(f'"missing_claim_ids":{_optional_texts_json(attempt.missing_claim_ids)}')
-        parts.append(f'"findings":{_findings_json(attempt.findings)}')
-    parts.append(f'"retrieved_document_ids":{_optional_texts_json(attempt.retrieved_document_ids)}')
-    parts.append(f'"policy_group":{_text_json(attempt.policy_group)}')
-    if attempt.grader_name is not None:
-        parts.append(f'"grader_name":{_text_json(attempt.grader_name)}')
-        parts.append(f'"grader_version":{_text_json(attempt.grader_version)}')
-        parts.append(f'"grader_model":{_text_json(attempt.grader_model)}')
-    if attempt.expected_evidence is not None:
-        expected = ",".join(
-            f"{encode_basestring(claim)}:[{_texts_json(documents)}]"
-            for claim, documents in attempt.expected_evidence.items()
-        )
-        parts.append(f'"expected_evidence":{{{expected}}}')
-    if attempt.previous_status is not None:
-        parts.append(f'"previous_policy_version":{_text_json(attempt.previous_policy_version)}')
-        parts.append(f'"previous_status":{_text_json(attempt.previous_status)}')
-    return ",".join(parts)
+    """shared_head() spelled by json, for what orjson refuses: the same members, which json
+    spells as orjson does where orjson can (encode_basestring, compact separators)."""
+    spelled = json.dumps(_shared_head_fields(attempt), ensure_ascii=False, separators=(",", ":"))
+    return spelled[1:-1]
 
 
 def drift_tail(attempt: Attempt) -> str:
     """The end of shared_json(): contract_drift and owner, which the store may change when it
     finds contract drift (drifted(); the Redis script appends DRIFTED_TAIL instead)."""
     drift = "true" if attempt.contract_drift else "false"
-    return f',"contract_drift":{drift},"owner":{_text_json(attempt.owner)}'
+    return f"{DRIFT_KEYS[0]}{drift}{DRIFT_KEYS[1]}{_text_json(attempt.owner)}"
 
 
 # A drifted attempt's tail: its owner is evaluation data whatever its findings (SPEC §9).
 DRIFT_OWNER: Final = "evaluation-data"
-DRIFTED_TAIL: Final = f',"contract_drift":true,"owner":"{DRIFT_OWNER}"'
+DRIFTED_TAIL: Final = f"{DRIFT_KEYS[0]}true{DRIFT_KEYS[1]}{encode_basestring(DRIFT_OWNER)}"
 
 
 def drifted(attempt: Attempt) -> Attempt:
     """The attempt as recorded when the store saw another required set for its (contract
     version, case ID): marked, and owned by evaluation data."""
-    return attempt.model_copy(update={"contract_drift": True, "owner": DRIFT_OWNER})
+    return attempt.model_copy(update=dict(zip(DRIFT_FIELDS, (True, DRIFT_OWNER), strict=True)))
 
 
 def required_set_json(attempt: Attempt) -> str:
@@ -245,29 +248,7 @@ def required_set_json(attempt: Attempt) -> str:
 
 def same_shared_fields(first: Attempt, attempt: Attempt) -> bool:
     """Whether two attempts' SHARED_FIELDS are equal: exactly when their shared_json() is."""
-    return (
-        first.required_claim_ids == attempt.required_claim_ids
-        and first.supported_claim_ids == attempt.supported_claim_ids
-        and first.metric_version == attempt.metric_version
-        and first.ragas_version == attempt.ragas_version
-        and first.worker_version == attempt.worker_version
-        and first.redelivered == attempt.redelivered
-        and first.contract_version == attempt.contract_version
-        and first.citations == attempt.citations
-        and first.missing_claim_ids == attempt.missing_claim_ids
-        and first.findings == attempt.findings
-        and first.retrieved_document_ids == attempt.retrieved_document_ids
-        and first.policy_group == attempt.policy_group
-        and first.contract_drift == attempt.contract_drift
-        and first.owner == attempt.owner
-        and first.grader_name == attempt.grader_name
-        and first.grader_version == attempt.grader_version
-        and first.grader_model == attempt.grader_model
-        and first.answer_length == attempt.answer_length
-        and first.expected_evidence == attempt.expected_evidence
-        and first.previous_status == attempt.previous_status
-        and first.previous_policy_version == attempt.previous_policy_version
-    )
+    return _shared_values(first) == _shared_values(attempt)
 
 
 def whole(attempt: Attempt) -> str:
@@ -286,18 +267,11 @@ def first_rows(attempt: Attempt) -> tuple[str, str, str, str]:
 
 def _whole(own: tuple[str, str, str], attempt: Attempt, shared: str) -> str:
     case_id, task_id, recorded_at = own
+    own_keys = OWN_KEYS
     return (
-        f'{{"case_id":{case_id},"task_id":{task_id},"recorded_at":{recorded_at},'
+        f"{own_keys[0]}{case_id}{own_keys[1]}{task_id}{own_keys[2]}{recorded_at},"
         f"{outcome_members(attempt)},{shared}}}"
     )
-
-
-# Where a compact first (one whose shared_json() starts with answer_length) keeps its shared
-# members: a store keeps no copy of them (RECORD_LUA finds them the same way). Every member
-# before them is a JSON string or number, in which a quote is escaped, so the first match is
-# them; an attempt dumped whole by pydantic writes answer_length after owner, never before
-# required_claim_ids.
-SHARED_START: Final = re.compile(r',"answer_length":\d+,"required_claim_ids":')
 
 
 def kept_comparands(first: str) -> tuple[str, str] | None:
@@ -308,7 +282,8 @@ def kept_comparands(first: str) -> tuple[str, str] | None:
     found = SHARED_START.search(first)
     if found is None:
         return None
-    value, _, reason = first[first.find(',"value":') + 9 : found.start()].partition(',"reason":')
+    start = first.find(f",{VALUE_KEY}") + len(VALUE_KEY) + 1
+    value, _, reason = first[start : found.start()].partition(REASON_KEY)
     return f"[{value}, {reason}]", first[found.start() + 1 : -1]
 
 
@@ -364,39 +339,6 @@ def _text_json(text: str | None) -> str:
     return "null" if text is None else encode_basestring(text)
 
 
-def _optional_texts_json(texts: list[str] | None) -> str:
-    return "null" if texts is None else f"[{_texts_json(texts)}]"
-
-
-def _citations_json(citations: list[KeptCitation] | None) -> str:
-    if citations is None:
-        return "null"
-    spelled = []
-    for citation in citations:
-        start, end = citation.answer_span
-        excerpt = "" if citation.excerpt is None else f",{encode_basestring(citation.excerpt)}"
-        spelled.append(
-            f"[{encode_basestring(citation.claim_id)},{encode_basestring(citation.document_id)},"
-            f"{int(start)},{int(end)}{excerpt}]"
-        )
-    return f"[{','.join(spelled)}]"
-
-
-def _findings_json(findings: list[Finding] | None) -> str:
-    if findings is None:
-        return "null"
-    spelled = []
-    for finding in findings:
-        retrieved = finding.evidence_retrieved
-        tail = "" if retrieved is None else f',"evidence_retrieved":{str(retrieved).lower()}'
-        spelled.append(
-            f'{{"claim_id":{encode_basestring(finding.claim_id)},"finding":"{finding.finding}",'
-            f'"owner":"{finding.owner}","document_ids":[{_texts_json(finding.document_ids)}]'
-            f"{tail}}}"
-        )
-    return f"[{','.join(spelled)}]"
-
-
 def alert_json(alert: Alert) -> str:
     """A nondeterminism alert as a store keeps it: its JSON with its attempts' storage-only
     fields (Attempt.answer_length, expected_evidence), which a dump leaves out, so that it
@@ -406,6 +348,17 @@ def alert_json(alert: Alert) -> str:
         data[side]["answer_length"] = attempt.answer_length
         data[side]["expected_evidence"] = attempt.expected_evidence
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def letter_json(letter: DeadLetter, max_bytes: int) -> str:
+    """A dead letter as a store keeps it: its JSON, its body cut to `max_bytes`
+    (DeadLetter.bounded())."""
+    return letter.bounded(max_bytes).model_dump_json()
+
+
+def read_letter(stored: str | bytes) -> DeadLetter:
+    """A dead letter as letter_json() kept it."""
+    return DeadLetter.model_validate_json(stored)
 
 
 class Expander:

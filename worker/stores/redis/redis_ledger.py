@@ -1,4 +1,4 @@
-"""The publish ledger on Redis (worker/stores/ledger.py): a sorted set of open write ids by
+"""The publish ledger on Redis (worker/stores/contract.py): a sorted set of open write ids by
 publish time, and one hash of entries per task; RECORD_LUA closes an entry as it records."""
 
 from __future__ import annotations
@@ -11,77 +11,19 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
-from worker.stores.base import DeadLetter
-from worker.stores.keys import KeyLayout
-from worker.stores.ledger import LedgerEntry, task_and_position
-from worker.stores.replicas import ReplicaWait
+from worker.stores.contract import DeadLetter, LedgerEntry, task_and_position
+from worker.stores.redis import lua
+from worker.stores.redis.keys import KeyLayout
+from worker.stores.redis.replicas import ReplicaWait
 
 T = TypeVar("T")
 
 LEDGER_PAGE = 1000  # open entries per read while reconcile walks the ledger
 
-# KEYS: the ledger, then each entry's task hash. ARGV: time to live (seconds), sent ('1' or
-# ''), then per entry: position, entry JSON, write id. One call per chunk of a publish: a
-# single command per chunk, then the replicas' wait in the same pipeline: a message is sent
-# once its note is on them. A note not yet sent (a publisher's, before it sends) is in its
-# task's hash only, which RECORD_LUA and CLOSE_LUA close as they close any entry, and in no
-# sorted set: reconcile and the self-heal never see it until CONFIRM_LUA (below) puts it there,
-# once the broker took its message. Entries are scored, and forgotten, by the server's clock
-# (TIME), never the publisher's: one publisher 25 h ahead trimmed the whole ledger. TIME
-# before writes needs effects replication, the default since Redis 5 (the stores need 5 for
-# streams anyway).
-NOTE_LUA = """
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local ttl, sent = tonumber(ARGV[1]), ARGV[2] == '1'
-for i = 2, #KEYS do
-  local at = 2 + 3 * (i - 2)
-  redis.call('HSET', KEYS[i], ARGV[at + 1], ARGV[at + 2])
-  redis.call('EXPIRE', KEYS[i], ttl)
-  if sent then redis.call('ZADD', KEYS[1], now, ARGV[at + 3]) end
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl * 1000))
-return #KEYS - 1
-"""
-# KEYS: the ledger, then each entry's task hash. ARGV: per entry, position and write id. An
-# entry the broker took is confirmed: scored in the ledger's sorted set by the server's clock
-# (TIME), where reconcile finds it while it is open; one closed meanwhile (its message already
-# recorded or dead-lettered: gone from its task's hash) stays closed.
-CONFIRM_LUA = """
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local confirmed = 0
-for i = 2, #KEYS do
-  local at = 2 * (i - 2)
-  if redis.call('HEXISTS', KEYS[i], ARGV[at + 1]) == 1 then
-    redis.call('ZADD', KEYS[1], now, ARGV[at + 2])
-    confirmed = confirmed + 1
-  end
-end
-return confirmed
-"""
-# KEYS: the ledger, the task hash. ARGV: task ID, then positions ('' alone: every entry of the
-# task). Returns how many entries it closed.
-CLOSE_LUA = """
-if ARGV[2] ~= '' then
-  local closed = 0
-  for i = 2, #ARGV do
-    redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. ARGV[i])
-    closed = closed + redis.call('HDEL', KEYS[2], ARGV[i])
-  end
-  return closed
-end
-local positions = redis.call('HKEYS', KEYS[2])
-for _, position in ipairs(positions) do redis.call('ZREM', KEYS[1], ARGV[1] .. ':' .. position) end
-redis.call('DEL', KEYS[2])
-return #positions
-"""
-
-# KEYS: the lease. ARGV: its holder. Deletes it only while that holder has it.
-GIVE_BACK_LUA = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
+NOTE_LUA = lua.source("note")
+CONFIRM_LUA = lua.source("confirm")
+CLOSE_LUA = lua.source("close")
+GIVE_BACK_LUA = lua.source("give_back")
 
 
 def _ms(moment: datetime) -> int:

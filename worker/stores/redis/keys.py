@@ -17,7 +17,7 @@ from json.encoder import encode_basestring_ascii  # what json.dumps() spells a s
 
 
 def outcome_key(prefix: str, input_hash: str) -> str:
-    """HASH: first (the whole first attempt's JSON, worker.stores.attempts.whole()), outcome
+    """HASH: first (the whole first attempt's JSON, worker.stores.codec.whole()), outcome
     and shared (its outcome_json() and shared_json(): kept only where an earlier version wrote
     the hash; a compact first, one that keeps answer_length, holds both in itself), total,
     one field per recent write id, `w0:<id>` or `w1:<id>` (two generations of the attempt
@@ -41,7 +41,7 @@ def hash_from_outcome_key(prefix: str, key: str) -> str:
 
 
 def attempts_key(prefix: str, input_hash: str) -> str:
-    """LIST of attempt entries (worker/stores/attempts.py), newest last, trimmed to the bound.
+    """LIST of attempt entries (worker/stores/codec.py), newest last, trimmed to the bound.
     Under a compact first only the later attempts' (created by the first of them, expiring
     with the outcome); under an earlier version's first its own entry too."""
     return f"{prefix}:{{{input_hash}}}:attempts"
@@ -95,7 +95,7 @@ def deliveries_key(prefix: str, task_id: str) -> str:
 
 def ledger_key(prefix: str) -> str:
     """SORTED SET of open publish-ledger entries: member the write id (task ID:position),
-    score the publish time in milliseconds since the epoch (worker/stores/ledger.py)."""
+    score the publish time in milliseconds since the epoch (worker/stores/contract.py)."""
     return f"{prefix}:ledger"
 
 
@@ -113,7 +113,7 @@ def lease_key(prefix: str, name: str) -> str:
 
 def replication_mark_key(prefix: str) -> str:
     """STRING `1`: set by every write that waits for replicas, just before its WAIT
-    (worker/stores/replicas.py), so that the WAIT covers every earlier write; expires an hour
+    (worker/stores/redis/replicas.py), so that the WAIT covers every earlier write; expires an hour
     after the last."""
     return f"{prefix}:replication-mark"
 

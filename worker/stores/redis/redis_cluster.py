@@ -15,10 +15,8 @@ Every step is idempotent under the write id, and the worker acknowledges a messa
 record_many() returned, so a worker killed between steps leaves the message to a redelivery,
 which replays what is done and does the rest.
 
-Redirections are followed here rather than by redis-py's ClusterPipeline, because a write must
-be followed by WAIT on the same connection (replicas acknowledge a connection's writes) and a
-script call that the cluster did not run (MOVED, ASK, TRYAGAIN, NOSCRIPT) must be sent again
-while one it did run must not: the pipelines below are the nodes' own.
+Each step's commands reach the masters through a ClusterRouter (cluster_routing.py): one
+pipeline per master, redirections followed, each master's replicas waited for.
 """
 
 from __future__ import annotations
@@ -35,10 +33,7 @@ import redis
 from pydantic_core import to_json
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import (
-    AskError,
     ClusterDownError,
-    MovedError,
-    NoScriptError,
     RedisClusterException,
     TryAgainError,
 )
@@ -47,59 +42,25 @@ from contracts import Attempt
 from worker.errors import ConfigurationError, TransientError
 from worker.keepalive import TCP_KEEPALIVE_OPTIONS
 from worker.settings import REPLICA_TIMEOUT_MS, masked_url, redis_seeds
-from worker.stores.attempts import required_set_json, script_args
-from worker.stores.base import DeadLetter, Recorded, recorded_ms
-from worker.stores.keys import ClusterKeyLayout
-from worker.stores.ledger import LedgerEntry, task_and_position
-from worker.stores.redis import (
+from worker.stores.codec import letter_json, required_set_json, script_args
+from worker.stores.contract import DeadLetter, LedgerEntry, Recorded, recorded_ms, task_and_position
+from worker.stores.redis import lua
+from worker.stores.redis.cluster_routing import ClusterRouter, Command
+from worker.stores.redis.keys import ClusterKeyLayout
+from worker.stores.redis.redis_ledger import CLOSE_LUA, CONFIRM_LUA, NOTE_LUA
+from worker.stores.redis.redis_store import (
     ATTEMPTS_PER_CALL,
     CASE_PAGE,
-    DRIFT_FUNCTION,
     MAX_ALERTS,
     MAX_DEAD_LETTERS,
     RECORD_LUA,
     RedisStore,
 )
-from worker.stores.redis_ledger import CLOSE_LUA, CONFIRM_LUA, NOTE_LUA
-from worker.stores.replicas import MARK_TTL_SECONDS
 
 T = TypeVar("T")
 
-DRIFT_MEMO_SECONDS = 86_400
-ROUNDS = 8  # redirections followed for one batch before it waits as a transient error
-TRY_AGAIN_PAUSE_S = 0.05
 
-# KEYS: the pair shard's alert stream, then per attempt its contract key and its drift note
-# (keys.ClusterKeyLayout.drift_memo), all in one shard. ARGV: ttl, alert stream bound, the
-# time as JSON, then per attempt required_set_json(), input hash, case ID and task ID as JSON,
-# contract version as JSON, write id ('' for none), alert order (order_of()). Returns what
-# drift() found, per attempt: a noted finding when the write id has one.
-DRIFT_LUA = (
-    """
-local ttl, max_alerts, raised_at = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local alerts_key = KEYS[1]
-"""
-    + DRIFT_FUNCTION
-    + """
-local replies = {}
-for i = 1, (#KEYS - 1) / 2 do
-  local contract_key, memo_key = KEYS[2 * i], KEYS[2 * i + 1]
-  local at = 3 + 7 * (i - 1)
-  local write = ARGV[at + 6]
-  local found = false
-  if write ~= '' then found = redis.call('GET', memo_key) end
-  if not found then
-    found = drift(contract_key, ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4],
-      ARGV[at + 5], ARGV[at + 7])
-    if write ~= '' then redis.call('SET', memo_key, found, 'EX', """
-    + str(DRIFT_MEMO_SECONDS)
-    + """) end
-  end
-  replies[i] = found
-end
-return replies
-"""
-)
+DRIFT_LUA = lua.source("cluster_drift")
 
 
 @dataclass(frozen=True)
@@ -111,16 +72,6 @@ class Batch:
     spelled: list[tuple[str, ...]]  # script_args() per attempt
     raised_at: str  # the time as JSON, an alert's raised_at
     orders: list[str]  # order_of(): the `n` of each attempt's alerts
-
-
-@dataclass(frozen=True)
-class Command:
-    """One command for the node that serves `key`'s slot; `script`: its Lua source, when it is
-    an EVALSHA the node may not know yet."""
-
-    key: str
-    args: tuple[Any, ...]
-    script: str | None = None
 
 
 class Scripts:
@@ -150,12 +101,14 @@ class RedisClusterStore(RedisStore):
     def __init__(self, client: RedisCluster, *, name: str | None = None, **options: Any) -> None:
         super().__init__(client, name=name or "redis cluster", **options)  # type: ignore[arg-type]
         # Replicas each master's writes wait for: self.replica_count, per master by its name
-        # (worker/stores/replicas.py ReplicaCount, as on one Redis).
+        # (worker/stores/redis/replicas.py ReplicaCount, as on one Redis).
         self.replica_timeout_ms: int = options.get("replica_timeout_ms", REPLICA_TIMEOUT_MS)
-        self._refresh_later = False  # an error may mean a new slot map: ask before next write
         self.layout = ClusterKeyLayout(self.prefix)
         self.keys = self.layout
         self.scripts = Scripts(client)
+        self.router = ClusterRouter(
+            client, self.layout, self.replica_count, self.replica_timeout_ms, self.name
+        )
         self.masters = len(client.get_primaries())  # type: ignore[no-untyped-call]
         # How `score`'s summary and the worker's start line name it (stores.describe()).
         self.description = self.name
@@ -189,121 +142,12 @@ class RedisClusterStore(RedisStore):
         except (ClusterDownError, TryAgainError, RedisClusterException) as error:
             # CLUSTERDOWN while a master fails over, TRYAGAIN mid-migration, no node for a
             # slot yet: the cluster takes the write again once it has settled.
-            self._refresh_later = True
+            self.router.refresh_later = True
             self.replica_count.forget()  # a master may have failed over
             raise TransientError(f"Redis Cluster not ready for now: {error}") from error
         except TransientError:
-            self._refresh_later = True
+            self.router.refresh_later = True
             raise
-
-    def _node_for(self, key: str) -> ClusterNode:
-        return self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))  # type: ignore[no-untyped-call]
-
-    def _run(self, commands: Sequence[Command]) -> list[Any]:
-        """Each command on the master of its key's slot, one pipeline per master and round; a
-        command the cluster did not run (MOVED, ASK, TRYAGAIN, NOSCRIPT) is sent again, on the
-        node it names, in the next round. A round's replies are the commands' own: a command
-        is never sent twice once a node ran it."""
-        if self._refresh_later:
-            self.client.nodes_manager.initialize()
-            self._refresh_later = False
-        replies: list[Any] = [None] * len(commands)
-        pending: dict[int, ClusterNode | None] = dict.fromkeys(range(len(commands)))
-        for _ in range(ROUNDS):
-            by_node: dict[str, tuple[ClusterNode, list[tuple[int, bool]]]] = {}
-            for index, asking in pending.items():
-                node = asking or self._node_for(commands[index].key)
-                by_node.setdefault(node.name, (node, []))[1].append((index, asking is not None))
-            again: dict[int, ClusterNode | None] = {}
-            for node, items in by_node.values():
-                for index, outcome in self._send(node, commands, items):
-                    if isinstance(outcome, Exception):
-                        asked = pending[index] is not None
-                        again[index] = self._redirect(outcome, node, commands[index], asked)
-                    else:
-                        replies[index] = outcome
-            if not again:
-                return replies
-            pending = again
-        raise TransientError(
-            f"Redis Cluster kept redirecting {len(pending)} writes (a slot migrating?)"
-        )
-
-    def _redirect(
-        self,
-        error: Exception,
-        node: ClusterNode,
-        command: Command,
-        asked: bool,
-    ) -> ClusterNode | None:
-        """Where a command the cluster did not run goes next (None: its slot's master, as the
-        refreshed slot map says); any other error is raised."""
-        if isinstance(error, MovedError):  # the slot has moved: ask the cluster its new map
-            self.client.nodes_manager.initialize()
-            return None
-        if isinstance(error, AskError):  # the slot is migrating and this key is there now
-            return self._node_at(error.host, error.port)
-        if isinstance(error, TryAgainError):  # the call's keys are on both sides of a move
-            time.sleep(TRY_AGAIN_PAUSE_S)
-            return None
-        if isinstance(error, NoScriptError) and command.script is not None:
-            # A new node, or a replica promoted since the script was loaded.
-            self._redis_of(node).script_load(command.script)
-            return node if asked else None
-        raise error
-
-    def _send(
-        self, node: ClusterNode, commands: Sequence[Command], items: list[tuple[int, bool]]
-    ) -> list[tuple[int, Any]]:
-        """One pipeline on `node`: the commands, then the wait for its replicas (a mark in the
-        first command's shard, then WAIT: see worker/stores/replicas.py)."""
-        pipe = self._redis_of(node).pipeline(transaction=False)  # one connection: see WAIT
-        for index, asking in items:
-            if asking:
-                pipe.execute_command("ASKING")  # type: ignore[no-untyped-call]
-            pipe.execute_command(*commands[index].args)  # type: ignore[no-untyped-call]
-        server = self._redis_of(node)
-        wanted = self.replica_count.wanted(node.name, server)
-        if wanted:
-            mark = self.layout.replication_mark_in(commands[items[0][0]].key)
-            pipe.set(mark, 1, ex=MARK_TTL_SECONDS)
-            pipe.execute_command("WAIT", wanted, self.replica_timeout_ms)  # type: ignore[no-untyped-call]
-        results = iter(pipe.execute(raise_on_error=False))
-        found = []
-        for index, asking in items:
-            if asking:
-                next(results)  # ASKING's OK
-            found.append((index, next(results)))
-        if wanted:
-            # A mark refused (MOVED, mid-migration) leaves WAIT counting the pipeline's own
-            # writes, which came before it on this connection.
-            _, reached = next(results), next(results)
-            self.replica_count.check(
-                reached,
-                wanted,
-                self.replica_timeout_ms,
-                server=node.name,
-                client=server,
-                name=f"{self.name} {node.name}",
-            )
-        return found
-
-    def _redis_of(self, node: ClusterNode) -> redis.Redis:
-        connection = node.redis_connection
-        if connection is None:
-            self.client.nodes_manager.create_redis_connections([node])  # type: ignore[no-untyped-call]
-            connection = node.redis_connection
-        assert connection is not None
-        return cast("redis.Redis", connection)
-
-    def _node_at(self, host: str, port: int) -> ClusterNode:
-        node = self.client.get_node(host=host, port=port)  # type: ignore[no-untyped-call]
-        if node is None:
-            self.client.nodes_manager.initialize()
-            node = self.client.get_node(host=host, port=port)  # type: ignore[no-untyped-call]
-        if node is None:
-            raise TransientError(f"Redis Cluster redirected to an unknown node {host}:{port}")
-        return cast("ClusterNode", node)
 
     def record_many(
         self,
@@ -362,7 +206,7 @@ class RedisClusterStore(RedisStore):
                 commands.append(self.scripts.call("drift", keys, args))
                 chunks.append(chunk)
         found = [""] * len(items)
-        for chunk, reply in zip(chunks, self._run(commands), strict=True):
+        for chunk, reply in zip(chunks, self.router.run(commands), strict=True):
             for index, text in zip(chunk, reply, strict=True):
                 found[index] = text.decode() if isinstance(text, bytes) else str(text)
         return found
@@ -397,7 +241,7 @@ class RedisClusterStore(RedisStore):
                 commands.append(self.scripts.call("record", keys, args))
                 chunks.append(chunk)
         replies: list[list[Any]] = [[] for _ in items]
-        for chunk, reply in zip(chunks, self._run(commands), strict=True):
+        for chunk, reply in zip(chunks, self.router.run(commands), strict=True):
             for index, one in zip(chunk, reply, strict=True):
                 replies[index] = one
         return replies
@@ -422,7 +266,7 @@ class RedisClusterStore(RedisStore):
                     )
         commands = self._closes(closes)
         commands += [Command(shard[0], ("DEL", *shard)) for shard in memos.values()]
-        self._run(commands)
+        self.router.run(commands)
 
     def _closes(self, closes: Sequence[tuple[str, int | None]]) -> list[Command]:
         """CLOSE_LUA once per task for its positions (a None among them: all its entries)."""
@@ -484,7 +328,7 @@ class RedisClusterStore(RedisStore):
                     MAX_DEAD_LETTERS,
                     "*",
                     "letter",
-                    letter.bounded(self.dead_letter_max_bytes).model_dump_json(),
+                    letter_json(letter, self.dead_letter_max_bytes),
                     "n",
                     order,
                 ),
@@ -492,7 +336,7 @@ class RedisClusterStore(RedisStore):
             for letter, order in zip(letters, order_of(len(letters)), strict=True)
         ]
         commands += self._closes(self._closes_of(letters))
-        self._call(lambda: self._run(commands))
+        self._call(lambda: self.router.run(commands))
 
     def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
@@ -501,21 +345,21 @@ class RedisClusterStore(RedisStore):
             self.scripts.call("note", keys, args)
             for keys, args in self._note_calls(entries, sent=sent)
         ]
-        self._call(lambda: self._run(commands))
+        self._call(lambda: self.router.run(commands))
 
     def take_lease(self, name: str, holder: str, seconds: int) -> bool:
         """SET NX with the expiry on the lease's master, waiting for its replicas as every
         write does: a lease lost in a failover would let a second holder take it."""
         key = self.keys.lease(name)
         command = Command(key, ("SET", key, holder, "NX", "EX", seconds))
-        return self._call(lambda: self._run([command]))[0] is not None
+        return self._call(lambda: self.router.run([command]))[0] is not None
 
     def confirm_sent(self, write_ids: Sequence[str]) -> None:
         if not write_ids or self.ledger_ttl_seconds <= 0:
             return
         calls = self._confirm_calls(write_ids)
         commands = [self.scripts.call("confirm", keys, args) for keys, args in calls]
-        self._call(lambda: self._run(commands))
+        self._call(lambda: self.router.run(commands))
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
         closes: list[tuple[str, int | None]] = []
@@ -524,7 +368,7 @@ class RedisClusterStore(RedisStore):
             closes.append((task_id, int(position)))
         if closes:
             commands = self._closes(closes)
-            self._call(lambda: self._run(commands))
+            self._call(lambda: self.router.run(commands))
 
 
 def order_of(count: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""The publish ledger in the SQLite store (worker/stores/ledger.py): one row per open entry;
+"""The publish ledger in the SQLite store (worker/stores/contract.py): one row per open entry;
 the record transaction deletes the rows of the write ids it records."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from worker.stores.base import DeadLetter
-from worker.stores.ledger import LedgerEntry
-from worker.stores.sqlite_transaction import immediate
+from worker.stores.contract import DeadLetter, LedgerEntry
+from worker.stores.sqlite.sqlite_transaction import immediate
 
 # published_at: when the store noted the entry (not the publisher's publish time, which is in
 # `entry`), in seconds since the epoch, for the range scans by age. The column kept its name

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 
-from worker.stores.base import DeadLetter
-from worker.stores.keys import KeyLayout
-from worker.stores.ledger import task_and_position
+from worker.stores.codec import read_letter
+from worker.stores.contract import DeadLetter, task_and_position
+from worker.stores.redis.keys import KeyLayout
 
 T = TypeVar("T")
 
@@ -74,7 +74,7 @@ class RedisLetters:
 
             page = cast("list[tuple[bytes, dict[bytes, bytes]]]", self._call(fetch))
             for entry_id, fields in page:
-                letter = DeadLetter.model_validate_json(fields[b"letter"])
+                letter = read_letter(fields[b"letter"])
                 at = letter.received_at
                 ms, _, sequence = entry_id.partition(b"-")
                 key = (at if at.tzinfo else at.replace(tzinfo=UTC), fields.get(b"n", b""))
@@ -93,7 +93,7 @@ class RedisLetters:
             return self.client.xrange(stream, min=entry_id, max=entry_id, count=1)
 
         page = cast("list[tuple[bytes, dict[bytes, bytes]]]", self._call(fetch))
-        return DeadLetter.model_validate_json(page[0][1][b"letter"]) if page else None
+        return read_letter(page[0][1][b"letter"]) if page else None
 
     def remove_letters(self, letter_ids: Sequence[str]) -> int:
         found = [where for each in letter_ids if (where := self._where(each)) is not None]
