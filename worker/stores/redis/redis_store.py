@@ -112,8 +112,8 @@ class Entry(NamedTuple):
 def newest_first_key(entry: Entry) -> tuple[datetime, bytes, int, int]:
     """How entries of several streams (a Redis Cluster's shards) are ordered: no one clock
     orders what different masters took, so by their own time (raised_at, received_at; one
-    without an offset is UTC), then by the order the writer gave them (RedisClusterStore), then
-    by entry ID (`<ms>-<sequence>`, the time the server took them)."""
+    without an offset is UTC), then by the order the writer gave them (order_of()), then by
+    entry ID (`<ms>-<sequence>`, the time the server took them)."""
     parsed = entry.parsed
     at = parsed.received_at if isinstance(parsed, DeadLetter) else parsed.raised_at
     ms, _, sequence = entry.entry_id.partition(b"-")
