@@ -153,6 +153,10 @@ class KeyLayout:
     def case(self, case_id: str) -> str:
         return case_key(self.prefix, case_id)
 
+    def case_pieces(self, case_id: str) -> list[str]:
+        """The case index's pieces: one on one server (one per shard on a Redis Cluster)."""
+        return [self.case(case_id)]
+
     def alert_streams(self) -> list[str]:
         return [alerts_key(self.prefix)]
 
@@ -209,7 +213,7 @@ class ClusterKeyLayout(KeyLayout):
         return f"{self._in(digest[:2])}:contract:{digest}"
 
     def drift_memo(self, contract: str, write_id: str) -> str:
-        """STRING: what the drift check found for one write id (RedisClusterStore), in the
+        """STRING: what the drift check found for one write id (record_steps.py), in the
         contract key's shard, kept a day: a worker that dies between the drift check and the
         record replays the same verdict."""
         return f"{contract}:w:{write_id}"

@@ -14,7 +14,7 @@ import redis
 from worker.stores.contract import DeadLetter, LedgerEntry, task_and_position
 from worker.stores.redis import lua
 from worker.stores.redis.keys import KeyLayout
-from worker.stores.redis.replicas import ReplicaWait
+from worker.stores.redis.routing import ClusterRouter, Command, Scripts, SingleRouter
 
 T = TypeVar("T")
 
@@ -35,14 +35,16 @@ def _from_ms(ms: float) -> datetime:
 
 
 class RedisLedger:
-    """The Ledger half of RedisStore (mixed in): needs its client, prefix, replicas and
-    _call."""
+    """The Ledger half of RedisStore (mixed in): needs its client, prefix, keys, scripts,
+    router and _call. Its writes are the router's commands, the same on one server and on a
+    Redis Cluster; its reads go through the client, which routes them on a cluster."""
 
     client: redis.Redis
     prefix: str
     keys: KeyLayout
     ledger_ttl_seconds: int
-    replicas: ReplicaWait
+    scripts: Scripts
+    router: SingleRouter | ClusterRouter
 
     if TYPE_CHECKING:
 
@@ -51,14 +53,11 @@ class RedisLedger:
     def note_published(self, entries: Sequence[LedgerEntry], *, sent: bool = True) -> None:
         if not entries or self.ledger_ttl_seconds <= 0:
             return
-
-        def run() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            for keys, args in self._note_calls(entries, sent=sent):
-                pipe.eval(NOTE_LUA, len(keys), *keys, *args)
-            self.replicas.execute(pipe)
-
-        self._call(run)
+        commands = [
+            self.scripts.call("note", keys, args)
+            for keys, args in self._note_calls(entries, sent=sent)
+        ]
+        self._call(lambda: self.router.run(commands))
 
     def _note_calls(
         self, entries: Sequence[LedgerEntry], *, sent: bool
@@ -81,14 +80,9 @@ class RedisLedger:
     def confirm_sent(self, write_ids: Sequence[str]) -> None:
         if not write_ids or self.ledger_ttl_seconds <= 0:
             return
-
-        def run() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            for keys, args in self._confirm_calls(write_ids):
-                pipe.eval(CONFIRM_LUA, len(keys), *keys, *args)
-            self.replicas.execute(pipe)
-
-        self._call(run)
+        calls = self._confirm_calls(write_ids)
+        commands = [self.scripts.call("confirm", keys, args) for keys, args in calls]
+        self._call(lambda: self.router.run(commands))
 
     def _confirm_calls(self, write_ids: Sequence[str]) -> list[tuple[list[str], list[Any]]]:
         """CONFIRM_LUA's keys and arguments, one call per ledger (as _note_calls)."""
@@ -106,40 +100,36 @@ class RedisLedger:
             calls.append((keys, args))
         return calls
 
-    def _close_calls(self, pipe: Any, closes: Sequence[tuple[str, int | None]]) -> None:
+    def _closes(self, closes: Sequence[tuple[str, int | None]]) -> list[Command]:
+        """CLOSE_LUA once per task for its positions (a None among them: all its entries)."""
+        by_task: dict[str, list[int | None]] = defaultdict(list)
         for task_id, position in closes:
-            pipe.eval(
-                CLOSE_LUA,
-                2,
-                self.keys.ledger_of(task_id),
-                self.keys.ledger_task(task_id),
-                task_id,
-                "" if position is None else position,
+            by_task[task_id].append(position)
+        return [
+            self.scripts.call(
+                "close",
+                [self.keys.ledger_of(task_id), self.keys.ledger_task(task_id)],
+                [task_id, *([""] if None in positions else positions)],
             )
+            for task_id, positions in by_task.items()
+        ]
 
     def close_entries(self, write_ids: Sequence[str]) -> None:
-        if not write_ids:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        closes = []
+        closes: list[tuple[str, int | None]] = []
         for write_id in write_ids:
             task_id, position = task_and_position(write_id)
             closes.append((task_id, int(position)))
-        self._close_calls(pipe, closes)
-        self._call(lambda: self.replicas.execute(pipe))
+        if closes:
+            commands = self._closes(closes)
+            self._call(lambda: self.router.run(commands))
 
     def take_lease(self, name: str, holder: str, seconds: int) -> bool:
         """SET NX with the expiry: Redis ages the lease by its own clock. Taken once the
-        replicas have it, as every write: a lease lost in a failover would let a second
-        holder take it (a promoted replica that never saw it)."""
+        replicas have it (on a cluster, the lease's master's), as every write: a lease lost in
+        a failover would let a second holder take it (a promoted replica that never saw it)."""
         key = self.keys.lease(name)
-
-        def run() -> Any:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.set(key, holder, nx=True, ex=seconds)
-            return self.replicas.execute(pipe)[0]
-
-        return bool(self._call(run))
+        command = Command(key, ("SET", key, holder, "NX", "EX", seconds))
+        return self._call(lambda: self.router.run([command]))[0] is not None
 
     def give_back_lease(self, name: str, holder: str) -> None:
         key = self.keys.lease(name)

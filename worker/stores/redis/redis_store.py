@@ -1,4 +1,7 @@
-"""The shared store on Redis: one Lua script call per chunk of attempts, pipelined per batch."""
+"""The shared store on Redis, one server or a Redis Cluster: one store, whose key layout
+(keys.py) and router (routing.py) are the server's or the cluster's. Its writes are commands
+the router sends (with the replicas' wait), its record the plan the layout allows
+(record_steps.py), its reads the client's, which a cluster's client routes by key."""
 
 from __future__ import annotations
 
@@ -7,12 +10,11 @@ import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, NamedTuple, Self, TypeVar, cast
+from urllib.parse import urlsplit
 
 import redis
-from pydantic_core import to_json
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.cluster import ClusterNode, RedisCluster
 
 from contracts import Alert, Attempt
 from contracts.outcomes import CacheOutcome
@@ -25,16 +27,9 @@ from worker.settings import (
     REDIS_URL_HINT,
     REPLICA_TIMEOUT_MS,
     masked_url,
+    redis_seeds,
 )
-from worker.stores.codec import (
-    DRIFTED_TAIL,
-    Expander,
-    drifted,
-    letter_json,
-    read_letter,
-    script_args,
-    with_first,
-)
+from worker.stores.codec import Expander, drifted, letter_json, read_letter, with_first
 from worker.stores.contract import (
     ALERT_CLOCK_MARGIN,
     DeadLetter,
@@ -44,26 +39,35 @@ from worker.stores.contract import (
     RecordOne,
     newest_since,
     recorded_ms,
-    task_and_position,
 )
-from worker.stores.redis import lua
-from worker.stores.redis.keys import KeyLayout, replication_mark_key
-from worker.stores.redis.redis_ledger import RedisLedger
+from worker.stores.redis.keys import ClusterKeyLayout, KeyLayout, replication_mark_key
+from worker.stores.redis.record_steps import (
+    ATTEMPTS_PER_CALL,
+    DRIFT_LUA,
+    MAX_ALERTS,
+    RECORD_LUA,
+    RecordSteps,
+    order_of,
+)
+from worker.stores.redis.redis_ledger import CLOSE_LUA, CONFIRM_LUA, NOTE_LUA, RedisLedger
 from worker.stores.redis.redis_letters import RedisLetters
 from worker.stores.redis.replicas import ReplicaCount, ReplicaWait
+from worker.stores.redis.routing import (
+    ClusterRouter,
+    Command,
+    Scripts,
+    SingleRouter,
+    cluster_name,
+)
+
+__all__ = ["ATTEMPTS_PER_CALL", "MAX_ALERTS", "RECORD_LUA", "RedisStore"]
 from worker.stores.time_order import SortKey, in_time_order, ms_bounds
 
-MAX_ALERTS = 10_000
 MAX_DEAD_LETTERS = 10_000
 DELIVERY_COUNT_TTL_SECONDS = 86_400
 SCAN_BATCH = 500
 ALERT_PAGE = 500  # alerts per XREVRANGE while `alerts --since` reads back in time
 CASE_PAGE = 500  # a case index's members per ZREVRANGE (hashes_for_case)
-
-RECORD_LUA = lua.source("record")
-# Attempts per script call: Redis runs one call at a time, so a huge batch is cut into calls
-# of a few milliseconds each (still one round trip), leaving room for other clients between.
-ATTEMPTS_PER_CALL = 200
 
 T = TypeVar("T")
 
@@ -108,8 +112,8 @@ class Entry(NamedTuple):
 def newest_first_key(entry: Entry) -> tuple[datetime, bytes, int, int]:
     """How entries of several streams (a Redis Cluster's shards) are ordered: no one clock
     orders what different masters took, so by their own time (raised_at, received_at; one
-    without an offset is UTC), then by the order the writer gave them (RedisClusterStore), then
-    by entry ID (`<ms>-<sequence>`, the time the server took them)."""
+    without an offset is UTC), then by the order the writer gave them (order_of()), then by
+    entry ID (`<ms>-<sequence>`, the time the server took them)."""
     parsed = entry.parsed
     at = parsed.received_at if isinstance(parsed, DeadLetter) else parsed.raised_at
     ms, _, sequence = entry.entry_id.partition(b"-")
@@ -117,12 +121,15 @@ def newest_first_key(entry: Entry) -> tuple[datetime, bytes, int, int]:
     return at, entry.order, int(ms), int(sequence or 0)
 
 
-class RedisStore(RecordOne, RedisLedger, RedisLetters):
-    """ResultStore on one Redis server (keys carry per-hash tags, see keys.py)."""
+class RedisStore(RecordOne, RecordSteps, RedisLedger, RedisLetters):
+    """ResultStore on one Redis server (keys carry per-hash tags, see keys.py) or, given a
+    RedisCluster client, on a Redis Cluster (keys in shards, see keys.ClusterKeyLayout)."""
+
+    on_cluster = False  # what from_url() opens: one server's client, or a cluster's
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         *,
         prefix: str = "evidence",
         max_attempts_per_hash: int = 100,
@@ -137,33 +144,77 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         """`min_replicas`: replicas each write waits for (worker/stores/redis/replicas.py); None: 1
         while the server has one in sync, asked again as ReplicaCount says, else 0
         (open_store's default)."""
-        self.client = client
+        cluster = isinstance(client, RedisCluster)
+        self._client: redis.Redis = client  # type: ignore[assignment]  # routes by key on a cluster
         self.ledger_ttl_seconds = ledger_ttl_seconds
         # How messages name the store: its URL without the password.
-        self.name = name or f"redis database {client.connection_pool.connection_kwargs.get('db')}"
+        if name is None:
+            if isinstance(client, RedisCluster):
+                name = "redis cluster"
+            else:
+                name = f"redis database {client.connection_pool.connection_kwargs.get('db')}"
+        self.name = name
         self.prefix = prefix
-        self.keys: KeyLayout = KeyLayout(prefix)
         self.max_attempts_per_hash = max_attempts_per_hash
         self.ttl_seconds = ttl_seconds or 0
         self.attempts_ttl_seconds = attempts_ttl_seconds or 0
         self.dead_letter_max_bytes = dead_letter_max_bytes
-        self._record: Script = client.register_script(RECORD_LUA)
-        # One count for the store's servers: its one server here, each master on a cluster.
-        self.replica_count = ReplicaCount(min_replicas, store_name=self.name)
-        self.replicas = ReplicaWait(
-            client,
-            store_name=self.name,
-            mark_key=replication_mark_key(prefix),
-            count=self.replica_count,
-            timeout_ms=replica_timeout_ms,
+        # On one server the ledger's short scripts go whole, as they always have: a close in
+        # the record's pipeline never costs a second round trip for a NOSCRIPT.
+        self.scripts = Scripts(
+            {
+                "record": RECORD_LUA,
+                "drift": DRIFT_LUA,
+                "close": CLOSE_LUA,
+                "note": NOTE_LUA,
+                "confirm": CONFIRM_LUA,
+            },
+            whole=() if cluster else ("close", "note", "confirm"),
         )
+        # One count for the store's servers: its one server, or each master of a cluster.
+        self.replica_count = ReplicaCount(min_replicas, store_name=self.name)
+        self.router: SingleRouter | ClusterRouter
+        if isinstance(client, RedisCluster):
+            self.layout = ClusterKeyLayout(prefix)
+            self.keys: KeyLayout = self.layout
+            self.router = ClusterRouter(
+                client, self.layout, self.replica_count, replica_timeout_ms, self.name
+            )
+            self.masters = len(client.get_primaries())  # type: ignore[no-untyped-call]
+            # How `score`'s summary and the worker's start line name it (stores.describe()).
+            self.description = self.name
+        else:
+            self.keys = KeyLayout(prefix)
+            self.replicas = ReplicaWait(
+                client,
+                store_name=self.name,
+                mark_key=replication_mark_key(prefix),
+                count=self.replica_count,
+                timeout_ms=replica_timeout_ms,
+            )
+            self.router = SingleRouter(client, self.replicas)
+        self.in_steps = cluster  # record_steps.py: the cluster's three steps
+
+    @property
+    def client(self) -> redis.Redis:
+        """The store's client (a RedisCluster's on a cluster, typed as one server's: its
+        commands are the same); set, it is the router's too."""
+        return self._client
+
+    @client.setter
+    def client(self, client: redis.Redis) -> None:
+        self._client = client
+        self.router.client = client
 
     @classmethod
     def from_url(
         cls, url: str, *, client_options: Mapping[str, Any] | None = None, **options: Any
-    ) -> RedisStore:
-        """A store on the server at `url`; `client_options` go to redis-py (TLS, say), where
-        ssl_* query parameters in the URL win over them."""
+    ) -> Self:
+        """A store on the server at `url` (on the Redis Cluster it is a node of, for
+        on_cluster); `client_options` go to redis-py (TLS, say), where ssl_* query parameters
+        in the URL win over them."""
+        if cls.on_cluster:
+            return cls._cluster_from_url(url, client_options, **options)
         client = redis.Redis.from_url(
             url,
             socket_timeout=10,
@@ -175,7 +226,44 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         )
         return cls(client, name=masked_url(url), **options)
 
+    @classmethod
+    def _cluster_from_url(
+        cls, url: str, client_options: Mapping[str, Any] | None, **options: Any
+    ) -> Self:
+        # Several seed nodes (settings.redis_seeds()): redis-py tries each in turn for the
+        # slot map, so one node down at start does not hide the cluster.
+        first, *others = redis_seeds(url)
+        seeds = [
+            ClusterNode(parts.hostname, parts.port or 6379)  # type: ignore[no-untyped-call]
+            for parts in map(urlsplit, others)
+        ]
+        client = RedisCluster.from_url(
+            first,
+            startup_nodes=seeds,
+            socket_timeout=10,
+            socket_connect_timeout=5,
+            socket_keepalive=True,
+            socket_keepalive_options=TCP_KEEPALIVE_OPTIONS,
+            **(client_options or {}),
+        )
+        masters = len(client.get_primaries())  # type: ignore[no-untyped-call]
+        return cls(client, name=cluster_name(url, masters), **options)
+
     def _call(self, operation: Callable[[], T]) -> T:
+        """Run a Redis operation (_on_server()); a cluster not settled yet (the router's
+        not_ready) is a TransientError too, and any TransientError has the router ask a
+        cluster for its slot map again."""
+        try:
+            return self._on_server(operation)
+        except TransientError:
+            self.router.failed()
+            raise
+        except self.router.not_ready as error:
+            self.router.failed()
+            self.replica_count.forget()  # a master may have failed over
+            raise TransientError(f"Redis Cluster not ready for now: {error}") from error
+
+    def _on_server(self, operation: Callable[[], T]) -> T:
         """Run a Redis operation: a server that is away for now is a TransientError (retried);
         one that will never take us as configured is a ConfigurationError."""
         try:
@@ -214,106 +302,19 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
         write_ids: Sequence[str | None] | None = None,
         letters: Sequence[DeadLetter] = (),
     ) -> list[Recorded]:
-        """One round trip for the batch, its letters first; Redis runs the scripts in order,
-        one at a time, and each writes its attempts' outcomes, entries, write ids and alerts
-        together."""
+        """The batch and its letters in one round trip on one server, in three steps on a
+        Redis Cluster (record_steps.py); each script writes its attempts' outcomes, entries,
+        write ids and alerts together."""
         if not items:
             self.dead_letter(*letters)
             return []
         ids: Sequence[str | None] = [None] * len(items) if write_ids is None else write_ids
-        # raised_at as pydantic writes it in a whole Alert; steps: drift and ledger close in
-        # the same call
-        head = self._record_head(to_json(now).decode(), steps=True)
-        keys_of = self.keys
-        shared_keys = [keys_of.alert_streams()[0], keys_of.ledgers()[0]]
-        calls = []
-        for start in range(0, len(items), ATTEMPTS_PER_CALL):
-            end = start + ATTEMPTS_PER_CALL
-            keys: list[str] = list(shared_keys)
-            args: list[Any] = list(head)
-            for (input_hash, attempt), write_id in zip(
-                items[start:end], ids[start:end], strict=True
-            ):
-                keys += (
-                    keys_of.outcome(input_hash),
-                    keys_of.attempts(input_hash),
-                    keys_of.ledger_task(task_and_position(write_id or "")[0]),
-                    keys_of.contract(attempt.contract_version, attempt.case_id),
-                    # No case ID: a key the script does not touch (it is given one per attempt).
-                    keys_of.case(attempt.case_id or ""),
-                )
-                args += script_args(attempt)
-                args += (write_id or "", recorded_ms(attempt), "", "")
-            calls.append((keys, args))
-        replies = [
-            reply
-            for chunk in self._call(lambda: self._run_scripts(calls, letters))
-            for reply in chunk
-        ]
+        record = self._record_in_steps if self.in_steps else self._record_at_once
+        replies = record(items, ids, now, letters)
         return [
             self._recorded(input_hash, attempt, reply, now)
             for (input_hash, attempt), reply in zip(items, replies, strict=True)
         ]
-
-    def _record_head(self, raised_at: str, *, steps: bool) -> list[Any]:
-        """RECORD_LUA's arguments before the attempts' (see its comment)."""
-        return [
-            self.max_attempts_per_hash,
-            self.ttl_seconds,
-            MAX_ALERTS,
-            raised_at,
-            DRIFTED_TAIL,
-            "1" if steps else "",
-            self.attempts_ttl_seconds,
-        ]
-
-    def _run_scripts(
-        self, calls: Sequence[tuple[list[str], list[Any]]], letters: Sequence[DeadLetter] = ()
-    ) -> list[Any]:
-        """EVALSHA each call in one pipeline, after `letters` (queued as dead_letter() queues
-        them, in the first pipeline only). redis-py's Script in a pipeline would first ask
-        SCRIPT EXISTS on every execute (a second round trip); we load only on NOSCRIPT and
-        re-run just the calls that failed, so no attempt is ever recorded twice. A call that
-        fails otherwise fails the batch, calls that ran included: a retry with the same write
-        ids finds theirs. Each pipeline ends with the replicas' wait; the last one's, after
-        the last write, is the one that counts.
-
-        The letters share the round trip because a task's rejected messages are common (one
-        batch in most has one) and a second round trip waits behind the other pool
-        processes' scripts: it was 8% of a pool process's time in `bench`.
-
-        One call records many attempts (one EVALSHA per attempt cost three times the client's
-        CPU in `bench`), so the batch's keys span many Cluster slots: this store is for a
-        single Redis (with replicas), as its plain client already was.
-        """
-        replies: list[Any] = [None] * len(calls)
-        pending = list(range(len(calls)))
-        for round_ in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            lead = self._queue_letters(pipe, letters) if round_ == 0 else 0
-            for index in pending:
-                keys, args = calls[index]
-                pipe.evalsha(self._record.sha, len(keys), *keys, *args)
-            wanted = self.replicas.add(pipe)
-            results = pipe.execute(raise_on_error=False)
-            for result in results[:lead]:
-                if isinstance(result, Exception):
-                    raise result
-            results = results[lead:]
-            missing = []
-            for index, result in zip(pending, results[: len(pending)], strict=True):
-                if isinstance(result, NoScriptError):
-                    missing.append(index)
-                elif isinstance(result, Exception):
-                    raise result
-                else:
-                    replies[index] = result
-            if not missing:
-                self.replicas.check(results[len(pending) :], wanted)
-                return replies
-            self.client.script_load(RECORD_LUA)
-            pending = missing
-        raise TransientError("Redis keeps forgetting the record script (SCRIPT FLUSH loop?)")
 
     @staticmethod
     def _recorded(input_hash: str, attempt: Attempt, reply: list[bytes], now: datetime) -> Recorded:
@@ -483,34 +484,61 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
     def hashes_for_case(self, case_id: str, limit: int | None = None) -> list[str]:
         """Read newest first a page at a time, each member checked against its outcome in one
         more round trip: gone (expired) or older than its `since` (indexed in a history that
-        expired, the hash recorded again since by other cases only), it is left out."""
-        key = self.keys.case(case_id)
+        expired, the hash recorded again since by other cases only), it is left out. A Redis
+        Cluster's index is in pieces (one per shard), read together and merged newest first,
+        ties the greater hash first as one sorted set orders them."""
+        pieces = self.keys.case_pieces(case_id)
         page = min(limit or CASE_PAGE, CASE_PAGE)
+        members = self._case_pages(pieces[0], page) if len(pieces) == 1 else self._merged(pieces)
         found: list[str] = []
-        start = 0
         while limit is None or len(found) < limit:
+            read = list(itertools.islice(members, page))
+            if not read:
+                break
+
+            def check(read: list[tuple[bytes, float]] = read) -> list[Any]:
+                pipe = self.client.pipeline(transaction=False)
+                for member, _ in read:
+                    pipe.hmget(self.keys.outcome(member.decode()), ["total", "since"])
+                return pipe.execute()
+
+            for (member, score), (total, since) in zip(read, self._call(check), strict=True):
+                if total is not None and score >= int(since or 0):
+                    found.append(member.decode())
+            if len(read) < page:
+                break
+        return found if limit is None else found[:limit]
+
+    def _case_pages(self, key: str, page: int) -> Iterator[tuple[bytes, float]]:
+        """One sorted set's members newest first, `page` per round trip, each read once the
+        one before is used up."""
+        start = 0
+        while True:
 
             def read(start: int = start) -> list[tuple[bytes, float]]:
                 members = self.client.zrevrange(key, start, start + page - 1, withscores=True)
                 return cast("list[tuple[bytes, float]]", members)
 
             members = self._call(read)
-            if not members:
-                break
-
-            def check(members: list[tuple[bytes, float]] = members) -> list[Any]:
-                pipe = self.client.pipeline(transaction=False)
-                for member, _ in members:
-                    pipe.hmget(self.keys.outcome(member.decode()), ["total", "since"])
-                return pipe.execute()
-
-            for (member, score), (total, since) in zip(members, self._call(check), strict=True):
-                if total is not None and score >= int(since or 0):
-                    found.append(member.decode())
+            yield from members
             if len(members) < page:
-                break
+                return
             start += page
-        return found if limit is None else found[:limit]
+
+    def _merged(self, pieces: Sequence[str]) -> Iterator[tuple[bytes, float]]:
+        """Every piece's members in one pipeline, merged newest first."""
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for piece in pieces:
+                pipe.zrange(piece, 0, -1, withscores=True)
+            return pipe.execute()
+
+        members = sorted(
+            ((score, member) for piece in self._call(read) for member, score in piece),
+            reverse=True,
+        )
+        return ((member, score) for score, member in members)
 
     def _newest(
         self,
@@ -594,27 +622,23 @@ class RedisStore(RecordOne, RedisLedger, RedisLetters):
     def dead_letter(self, *letters: DeadLetter) -> None:
         if not letters:
             return
+        commands = self._letter_commands(letters)
+        self._call(lambda: self.router.run(commands))
 
-        def run() -> None:
-            pipe = self.client.pipeline(transaction=False)
-            self._queue_letters(pipe, letters)
-            self.replicas.execute(pipe)
-
-        self._call(run)
-
-    def _queue_letters(self, pipe: Any, letters: Sequence[DeadLetter]) -> int:
-        """Queue each letter's XADD and its ledger entries' close on `pipe`; returns how many
-        replies they take."""
-        for letter in letters:
-            pipe.xadd(
-                self.keys.dead_letters_of(letter.task_id),
-                {"letter": letter_json(letter, self.dead_letter_max_bytes)},
-                maxlen=MAX_DEAD_LETTERS,
-                approximate=True,
-            )
-        closes = self._closes_of(letters)
-        self._close_calls(pipe, closes)
-        return len(letters) + len(closes)
+    def _letter_commands(self, letters: Sequence[DeadLetter]) -> list[Command]:
+        """Each letter's XADD, then its ledger entries' close. On a Redis Cluster a letter also
+        carries the order its writer gave it (`n`: order_of()), its shards' streams having no
+        common order."""
+        orders = order_of(len(letters)) if self.in_steps else None
+        commands = []
+        for index, letter in enumerate(letters):
+            stream = self.keys.dead_letters_of(letter.task_id)
+            fields: tuple[Any, ...] = ("letter", letter_json(letter, self.dead_letter_max_bytes))
+            if orders is not None:
+                fields += ("n", orders[index])
+            command = ("XADD", stream, "MAXLEN", "~", MAX_DEAD_LETTERS, "*", *fields)
+            commands.append(Command(stream, command))
+        return commands + self._closes(self._closes_of(letters))
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         return self._newest(self.keys.dead_letter_streams(), b"letter", limit, read_letter)

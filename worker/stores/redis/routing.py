@@ -1,6 +1,9 @@
-"""How a Redis store's commands reach a Redis Cluster: to the master of each key's slot, one
-pipeline per master, redirections followed, each master's replicas waited for (ClusterRouter);
-a command for the node of its key's slot (Command).
+"""How a Redis store's commands reach its servers: a list of commands (Command: a key, the
+command, its script's source for an EVALSHA) in, their replies out, each write waited on by
+the replicas of the server that took it. SingleRouter: one server, one pipeline, then the wait
+(replicas.py); ClusterRouter: the master of each key's slot, one pipeline per master,
+redirections followed, each master's replicas waited for. Both load a script a server lacks
+(NOSCRIPT) and send again only the calls it refused, so no call runs twice.
 
 Redirections are followed here rather than by redis-py's ClusterPipeline, because a write must
 be followed by WAIT on the same connection (replicas acknowledge a connection's writes) and a
@@ -11,17 +14,26 @@ while one it did run must not: the pipelines below are the nodes' own.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from hashlib import sha1
 from typing import Any, cast
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    TryAgainError,
+)
 
-from worker.errors import TransientError
+from worker.errors import ConfigurationError, TransientError
+from worker.settings import masked_url
 from worker.stores.redis.keys import ClusterKeyLayout
-from worker.stores.redis.replicas import MARK_TTL_SECONDS, ReplicaCount
+from worker.stores.redis.replicas import MARK_TTL_SECONDS, ReplicaCount, ReplicaWait
 
 ROUNDS = 8  # redirections followed for one batch before it waits as a transient error
 TRY_AGAIN_PAUSE_S = 0.05
@@ -35,6 +47,66 @@ class Command:
     key: str
     args: tuple[Any, ...]
     script: str | None = None
+
+
+class Scripts:
+    """The SHA-1 of each script, as EVALSHA names it, and the call of one (a Command); the
+    scripts named `whole` are sent whole (EVAL), which no server refuses with NOSCRIPT."""
+
+    def __init__(self, sources: dict[str, str], *, whole: Collection[str] = ()) -> None:
+        self.sources = sources
+        self.sha = {name: sha1(src.encode()).hexdigest() for name, src in sources.items()}
+        self.whole = frozenset(whole)
+
+    def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Command:
+        if name in self.whole:
+            return Command(keys[0], ("EVAL", self.sources[name], len(keys), *keys, *args))
+        return Command(
+            keys[0], ("EVALSHA", self.sha[name], len(keys), *keys, *args), self.sources[name]
+        )
+
+
+class SingleRouter:
+    """Sends a Redis store's commands to its one server: one pipeline, the wait for the
+    server's replicas at its end (ReplicaWait); the calls of a script the server lacks
+    (NOSCRIPT: a restart, SCRIPT FLUSH) once more after loading it."""
+
+    not_ready: tuple[type[Exception], ...] = ()  # no cluster to settle
+
+    def __init__(self, client: redis.Redis, replicas: ReplicaWait) -> None:
+        self.client = client
+        self.replicas = replicas
+
+    def failed(self) -> None:
+        """Nothing to ask again: the one server's address is the store's."""
+
+    def run(self, commands: Sequence[Command]) -> list[Any]:
+        """The commands in one pipeline, then the replicas' wait; a command that failed
+        otherwise than NOSCRIPT fails them all, those that ran included (a retry with the same
+        write ids replays them). The last pipeline's wait, after the last write, counts."""
+        replies: list[Any] = [None] * len(commands)
+        pending = range(len(commands))
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for index in pending:
+                pipe.execute_command(*commands[index].args)  # type: ignore[no-untyped-call]
+            wanted = self.replicas.add(pipe)
+            results = pipe.execute(raise_on_error=False)
+            missing = []
+            for index, result in zip(pending, results, strict=False):
+                if isinstance(result, NoScriptError) and commands[index].script is not None:
+                    missing.append(index)
+                elif isinstance(result, Exception):
+                    raise result
+                else:
+                    replies[index] = result
+            if not missing:
+                self.replicas.check(results[len(pending) :], wanted)
+                return replies
+            for script in {commands[index].script or "" for index in missing}:
+                self.client.script_load(script)
+            pending = missing  # type: ignore[assignment]
+        raise TransientError("Redis keeps forgetting the store's scripts (SCRIPT FLUSH loop?)")
 
 
 class ClusterRouter:
@@ -57,6 +129,18 @@ class ClusterRouter:
         self.replica_timeout_ms = replica_timeout_ms
         self.name = name
         self.refresh_later = False  # an error may mean a new slot map: ask before next write
+
+    # CLUSTERDOWN while a master fails over, TRYAGAIN mid-migration, no node for a slot yet:
+    # the cluster takes the write again once it has settled.
+    not_ready: tuple[type[Exception], ...] = (
+        ClusterDownError,
+        TryAgainError,
+        RedisClusterException,
+    )
+
+    def failed(self) -> None:
+        """A write failed: the slot map may have changed, ask for it before the next."""
+        self.refresh_later = True
 
     def _node_for(self, key: str) -> ClusterNode:
         return self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))  # type: ignore[no-untyped-call]
@@ -166,3 +250,34 @@ class ClusterRouter:
         if node is None:
             raise TransientError(f"Redis Cluster redirected to an unknown node {host}:{port}")
         return cast("ClusterNode", node)
+
+
+def cluster_name(url: str, masters: int) -> str:
+    """How messages name a cluster store: "redis://host:7000/0 (Redis Cluster, 3 masters)"."""
+    return f"{masked_url(url)} (Redis Cluster, {masters} masters)"
+
+
+def cluster_enabled(client: redis.Redis) -> bool:
+    """Whether `client`'s server is a node of a Redis Cluster (INFO cluster)."""
+    return bool(int(client.info("cluster").get("cluster_enabled", 0)))
+
+
+def cluster_masters(client: redis.Redis, name: str) -> int | None:
+    """The number of masters when `client`'s server is a node of a Redis Cluster, else None.
+    A cluster with a slot no master serves cannot take every write: a ConfigurationError."""
+    if not cluster_enabled(client):
+        return None
+    reply = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    info = dict(line.split(":", 1) for line in text.split() if ":" in line)
+    assigned = int(info.get("cluster_slots_assigned", 0))
+    if info.get("cluster_state") != "ok" or assigned < CLUSTER_SLOTS:
+        raise ConfigurationError(
+            f"store {name}: the Redis Cluster is not serving every slot "
+            f"(cluster_state:{info.get('cluster_state')}, {assigned} of {CLUSTER_SLOTS} slots "
+            "assigned): fix it (redis-cli --cluster fix HOST:PORT) before starting"
+        )
+    return int(info.get("cluster_size", 0))
+
+
+CLUSTER_SLOTS = 16_384
