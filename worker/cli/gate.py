@@ -85,6 +85,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     tally = Tally(alerts_drift=False)
     changed = 0
     nonblocking = 0
+    nonblocking_review = 0
     chosen = chosen_format(args)
     # A gate row has no cache outcome; whether it gates is what a reader of the table needs.
     table = Table(GATE_COLUMNS) if chosen == TABLE else None
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 )
             tally.add(row["status"], blocking=row["blocking"])
             nonblocking += row["blocking"] is False and row["status"] in {"fail", "invalid"}
+            nonblocking_review += row["blocking"] is False and row["status"] == "review"
             tally.drifted += row["contract_drift"]
             changed += "policy_change" in row
             progress.tick()
@@ -128,6 +130,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         notes.append(
             f"{counted(nonblocking, 'non-blocking row')} failed or invalid (reported, never "
             "the exit code)"
+        )
+    if nonblocking_review:
+        notes.append(
+            f"{counted(nonblocking_review, 'non-blocking row')} in review (reported, never the "
+            "exit code)"
         )
     if observing:
         assert baseline is not None

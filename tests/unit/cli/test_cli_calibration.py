@@ -85,11 +85,17 @@ def test_gate_exits_1_on_a_blocking_review_row_and_lists_it_as_review(
 def test_a_non_blocking_review_row_never_changes_the_exit_code(
     cli: Callable[..., Run], write_jsonl: Callable[..., Path], policies: Path
 ) -> None:
-    """A review row with blocking false is reported, and the gate exits 0."""
-    rows = [row("ok", 9), row("borderline", 8, blocking=False)]
+    """A review row with blocking false is reported, named in the summary apart from the
+    non-blocking failures, and the gate exits 0."""
+    rows = [row("ok", 9), row("borderline", 8, blocking=False), row("low", 2, blocking=False)]
     run = cli("gate", write_jsonl(rows), "--policy", policies / "banded.toml")
 
-    assert (run.code, [line["status"] for line in run.lines]) == (0, ["pass", "review"])
+    assert (run.code, [line["status"] for line in run.lines]) == (0, ["pass", "review", "fail"])
+    assert run.err == (
+        "gate: 3 rows: fail 1, pass 1, review 1; policy b-1; 1 non-blocking row failed or"
+        " invalid (reported, never the exit code); 1 non-blocking row in review (reported,"
+        " never the exit code); exit 0\n"
+    )
 
 
 @pytest.mark.parametrize(
